@@ -1,0 +1,36 @@
+# Two commands matter: `make demo` and `make test`. Both create .venv on first use and
+# install the pinned set (constraints.txt) into it, so every machine runs the same versions.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench smoke clean-venv
+
+$(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
+	@scripts/check_java.sh
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python 3.11+ is required, found " + sys.version.split()[0] + ". fix: run make with PYTHON=/path/to/python3.11")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/lakehouse demo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m ruff check lakehouse pipelines tests bench
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check lakehouse pipelines tests bench
+	$(PY) -m ruff format --check lakehouse pipelines tests bench
+
+bench: $(STAMP)
+	$(PY) -m bench.run $(ARGS)
+
+smoke: $(STAMP)
+	$(VENV)/bin/lakehouse smoke
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,71 @@
+"""Errors raised by lakehouse.
+
+All errors raised by the library inherit from :class:`LakehouseError`. Each subclass is one
+category a caller may want to handle differently. Messages follow one shape: *what* failed,
+*which value*, *why*, and *what to do*. Fields that a caller might need (the setting, the
+table, the feature) are kept as attributes, not only in the text.
+
+Bad *records* are not exceptions: a record that fails to decode becomes a dead-letter row.
+:class:`CdcDecodeError` exists so the decoder can say why, and is caught at the batch edge.
+"""
+
+from __future__ import annotations
+
+
+class LakehouseError(Exception):
+    """Root of every error raised by lakehouse."""
+
+
+class ConfigError(LakehouseError):
+    """Raised when a setting is missing, malformed or inconsistent with another setting."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class EnvironmentSetupError(LakehouseError):
+    """Raised when the machine lacks something lakehouse needs (Java, a binary, a port)."""
+
+
+class UnsupportedTableError(LakehouseError):
+    """Raised when a Delta table needs a protocol feature this read path cannot honour."""
+
+    def __init__(self, message: str, *, table_uri: str, feature: str) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri
+        self.feature = feature
+
+
+class SchemaMismatchError(LakehouseError):
+    """Raised when a table written by something else has a schema lakehouse cannot use."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri
+
+
+class TableNotFoundError(LakehouseError):
+    """Raised when a Delta table that must exist is not at the given location."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri
+
+
+class WatermarkError(LakehouseError):
+    """Raised when a watermark input breaks the valve's rules (for example a channel returning
+    from processing time to event time)."""
+
+
+class CdcDecodeError(LakehouseError):
+    """Raised by the Debezium decoder when a record cannot be decoded; the ingest turns it into
+    a dead-letter row with this message as the reason."""
+
+    def __init__(self, message: str, *, kind: str = "invalid") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SourceError(LakehouseError):
+    """Raised when a streaming source cannot reach or read its input (broker, directory)."""

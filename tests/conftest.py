@@ -1,0 +1,24 @@
+"""Shared fixtures: one SparkSession for the whole test session (Spark is slow to start)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from lakehouse.spark import get_spark
+
+    session = get_spark(
+        app_name="lakehouse-tests",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
