@@ -1,0 +1,142 @@
+"""lakehouse.delta on real Delta tables on disk, read and written through Spark."""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable, TableFeatures
+from helpers import assert_table_at_version
+
+from lakehouse import delta
+from lakehouse.errors import SchemaMismatchError, TableNotFoundError, UnsupportedTableError
+
+pytestmark = pytest.mark.spark
+
+
+def _rows(spark, start: int, end: int):
+    return spark.sql(
+        f"SELECT id, CAST(id AS STRING) AS name, timestamp_millis(id * 1000) AS ts, "
+        f"CAST(id / 4 AS DECIMAL(12, 3)) AS amount FROM range({start}, {end})"
+    )
+
+
+def test_replayed_append_leaves_table_unchanged(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    first = delta.append(_rows(spark, 0, 5), uri, txn=("job", 0), metadata={"lakehouse.batchId": 0})
+    # same app id and batch id: Spark replaying batch 0 after a crash
+    replay = delta.append(_rows(spark, 0, 5), uri, txn=("job", 0))
+    assert replay.skipped and replay.version == first.version
+    # an older batch id is a replay too
+    delta.append(_rows(spark, 5, 6), uri, txn=("job", 1))
+    assert delta.append(_rows(spark, 0, 5), uri, txn=("job", 0)).skipped
+    assert delta.transaction_version(uri, "job") == 1
+    assert_table_at_version(spark, uri, None, [(i,) for i in range(6)], columns=["id"])
+
+
+def test_writers_with_different_app_ids_do_not_skip_each_other(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 2), uri, txn=("a", 3))
+    assert not delta.append(_rows(spark, 2, 4), uri, txn=("b", 0)).skipped
+    assert delta.read(spark, uri).count() == 4
+
+
+def test_time_travel_returns_old_rows_after_later_appends(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    v1 = delta.append(_rows(spark, 0, 3), uri).version
+    v2 = delta.append(_rows(spark, 3, 7), uri).version
+    delta.overwrite(_rows(spark, 100, 101), uri)
+    assert_table_at_version(spark, uri, v1, [(0,), (1,), (2,)], columns=["id"])
+    assert_table_at_version(spark, uri, v2, [(i,) for i in range(7)], columns=["id"])
+    assert_table_at_version(spark, uri, None, [(100,)], columns=["id"])
+
+
+def test_values_round_trip_with_types(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 4, 5), uri)
+    row = delta.read(spark, uri).collect()[0]
+    assert row.name == "4" and str(row.amount) == "1.000"
+    assert row.ts.isoformat().startswith("1970-01-01T00:00:04")
+    assert delta.read(spark, uri).schema.simpleString() == (
+        "struct<id:bigint,name:string,ts:timestamp,amount:decimal(12,3)>"
+    )
+
+
+def test_empty_write_still_records_transaction_and_metadata(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 1), uri, txn=("job", 0))
+    result = delta.append(
+        _rows(spark, 0, 0), uri, txn=("job", 1), metadata={"lakehouse.batchId": 1}
+    )
+    assert not result.skipped and result.rows == 0
+    assert delta.transaction_version(uri, "job") == 1
+    assert delta.history(uri, limit=1)[0].metadata == {"lakehouse.batchId": "1"}
+
+
+def test_property_set_is_read_back_with_reason_in_history(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.create_table(uri, _rows(spark, 0, 0).schema, properties={"lakehouse.primaryKey": "id"})
+    version = delta.set_properties(
+        uri, {"lakehouse.snapshot.complete": "true"}, metadata={"lakehouse.reason": "test"}
+    )
+    props = delta.get_properties(uri)
+    assert props["lakehouse.snapshot.complete"] == "true"
+    assert props["lakehouse.primaryKey"] == "id"
+    assert delta.get_properties(uri, version=0).get("lakehouse.snapshot.complete") is None
+    assert delta.commit_info(uri, version).metadata == {"lakehouse.reason": "test"}
+
+
+def test_commit_metadata_keys_must_be_namespaced(spark, tmp_path):
+    with pytest.raises(ValueError, match=r"must start with 'lakehouse\.'"):
+        delta.append(_rows(spark, 0, 1), str(tmp_path / "t"), metadata={"batchId": 1})
+
+
+def test_schema_merge_adds_nullable_column_and_old_rows_read_null(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(spark.sql("SELECT 1L AS id"), uri)
+    delta.append(spark.sql("SELECT 2L AS id, 'x' AS extra"), uri, schema_mode="merge")
+    assert sorted(delta.read(spark, uri).collect()) == [(1, None), (2, "x")]
+
+
+def test_new_column_refused_in_strict_mode(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(spark.sql("SELECT 1L AS id"), uri)
+    with pytest.raises(SchemaMismatchError, match="lacks column"):
+        delta.append(spark.sql("SELECT 2L AS id, 'x' AS extra"), uri)
+
+
+def test_type_change_is_refused_naming_column_and_types(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(spark.sql("SELECT 1L AS id"), uri)
+    with pytest.raises(SchemaMismatchError, match=r"column 'id' has type int64.*string"):
+        delta.append(spark.sql("SELECT 'a' AS id"), uri, schema_mode="merge")
+    assert delta.read(spark, uri).collect() == [(1,)]
+
+
+def test_table_with_deletion_vectors_is_refused(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 2), uri)
+    DeltaTable(uri).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+    with pytest.raises(UnsupportedTableError, match="reader feature 'deletionVectors'") as err:
+        delta.read(spark, uri)
+    assert err.value.feature == "deletionVectors"
+
+
+def test_missing_table_and_version_are_named(spark, tmp_path):
+    with pytest.raises(TableNotFoundError, match="no Delta table at"):
+        delta.read(spark, str(tmp_path / "nope"))
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 1), uri)
+    with pytest.raises(TableNotFoundError, match="version 9"):
+        delta.read(spark, uri, version=9)
+
+
+def test_other_delta_reader_reads_what_we_write(spark, tmp_path):
+    # interop: delta-rs' own reader (not Spark) sees the same rows and statistics
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 10), uri)
+    dt = DeltaTable(uri)
+    assert dt.count() == 10
+    actions = dt.get_add_actions(flatten=True)
+    names = actions.schema.names
+    assert "min.id" in names and "max.id" in names
