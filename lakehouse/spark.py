@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,9 @@ def get_spark(
     """
     from pyspark.sql import SparkSession
 
+    # Python workers must run the interpreter (and virtualenv) the job runs in; otherwise
+    # Spark starts whatever `python3` is first on PATH, which may lack pyarrow or lakehouse.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
     if active is None:
         major = java_major_version()

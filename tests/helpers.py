@@ -49,3 +49,97 @@ def assert_table_at_version(
     if columns is not None:
         df = df.select(*columns)
     assert_rows_equal(df.collect(), rows)
+
+
+def write_build_table(
+    spark: Any,
+    uri: str,
+    versions: Iterable[Any],
+    *,
+    complete: bool = True,
+    watermark_ms: int | None = None,
+    batch_id: int = 0,
+    key: str = "k",
+) -> int:
+    """Append ``reference.Version`` rows to a build table in the build layout, with the
+    commit metadata the build sink writes; set the snapshot marker when ``complete``.
+
+    Returns the data commit's version.
+    """
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import StructType
+
+    from lakehouse import delta
+    from lakehouse.build import layout as L
+    from lakehouse.build.marker import set_marker
+
+    schema = StructType.fromDDL(
+        f"{key} string, value bigint, _op string, _event_time timestamp, _seq string, "
+        "_snapshot boolean, _ingested_at timestamp, _kafka_topic string, "
+        "_kafka_partition int, _kafka_offset bigint"
+    )
+    now = datetime.now(UTC)
+    rows = [
+        (
+            v.key,
+            v.value,
+            v.op,
+            datetime.fromtimestamp(v.time / 1000, UTC),
+            v.seq,
+            v.op == "r",
+            now,
+            "t",
+            0,
+            i,
+        )
+        for i, v in enumerate(versions)
+    ]
+    if not delta.table_exists(uri):
+        delta.create_table(
+            uri, schema, properties={L.PROP_PRIMARY_KEY: key, L.PROP_SNAPSHOT_COMPLETE: "false"}
+        )
+    max_t = max((v.time for v in versions), default=None) if versions else None
+    wm = (
+        watermark_ms if watermark_ms is not None else (max_t - 1 if max_t is not None else -(2**63))
+    )
+    result = delta.append(
+        spark.createDataFrame(rows, schema),
+        uri,
+        txn=("build-test", batch_id),
+        metadata={
+            L.META_BATCH_ID: batch_id,
+            L.META_WATERMARK: wm,
+            L.META_MAX_EVENT_TIME: max_t if max_t is not None else "",
+        },
+    )
+    if complete and delta.get_properties(uri).get(L.PROP_SNAPSHOT_COMPLETE) != "true":
+        set_marker(uri, signal="test", data_version=result.version)
+    return result.version
+
+
+def raw_records(
+    spark: Any,
+    values: Iterable[Any],
+    *,
+    topic: str = "probe",
+    partition: int = 0,
+    first_offset: int = 0,
+) -> Any:
+    """A DataFrame in the sources' raw schema, one record per value (dicts become JSON)."""
+    import json
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import StructType
+
+    from lakehouse.sources.schema import RAW_SCHEMA_DDL
+
+    rows = []
+    for i, value in enumerate(values):
+        data = (
+            value
+            if isinstance(value, bytes | None)
+            else (value.encode() if isinstance(value, str) else json.dumps(value).encode())
+        )
+        rows.append((None, data, topic, partition, first_offset + i, datetime.now(UTC), 0))
+    return spark.createDataFrame(rows, StructType.fromDDL(RAW_SCHEMA_DDL))

@@ -1,0 +1,59 @@
+"""Names of the build table's columns, properties and commit metadata keys.
+
+The build table is an append-only log of row versions (see ARCHITECTURE.md, "Build table"):
+one row per change, never updated in place. A version of key ``k`` starts at its
+``_event_time`` and ends where the next version of ``k`` starts (ordered by
+``(_event_time, _seq)``); a delete ends it with no successor; a truncate (``_op = 't'``, all
+key columns NULL) ends every version open at its time.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Lineage and ordering columns, added after the dimension's own columns.
+OP: Final = "_op"
+EVENT_TIME: Final = "_event_time"
+SEQ: Final = "_seq"
+SNAPSHOT: Final = "_snapshot"
+INGESTED_AT: Final = "_ingested_at"
+KAFKA_TOPIC: Final = "_kafka_topic"
+KAFKA_PARTITION: Final = "_kafka_partition"
+KAFKA_OFFSET: Final = "_kafka_offset"
+
+LINEAGE_COLUMNS: Final = (
+    OP,
+    EVENT_TIME,
+    SEQ,
+    SNAPSHOT,
+    INGESTED_AT,
+    KAFKA_TOPIC,
+    KAFKA_PARTITION,
+    KAFKA_OFFSET,
+)
+
+# Table properties (Delta table configuration).
+PROP_SNAPSHOT_COMPLETE: Final = "lakehouse.snapshot.complete"
+PROP_SNAPSHOT_COMPLETED_AT: Final = "lakehouse.snapshot.completedAt"
+PROP_SNAPSHOT_COMPLETED_VERSION: Final = "lakehouse.snapshot.completedVersion"
+PROP_SNAPSHOT_SIGNAL: Final = "lakehouse.snapshot.signal"
+PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
+PROP_EVENT_TIME: Final = "lakehouse.eventTime"
+PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
+PROP_TABLE_KIND: Final = "lakehouse.tableKind"
+
+# Commit metadata keys of the build sink's commits.
+META_BATCH_ID: Final = "lakehouse.batchId"
+META_WATERMARK: Final = "lakehouse.watermark"
+META_MAX_EVENT_TIME: Final = "lakehouse.maxEventTime"
+META_END_OFFSETS: Final = "lakehouse.endOffsets"
+META_ROWS: Final = "lakehouse.rows"
+META_SNAPSHOT_ENDED: Final = "lakehouse.snapshotEnded"
+META_PIPELINE: Final = "lakehouse.pipeline"
+
+#: Snapshot phases (``source.snapshot``) that belong to the initial snapshot.
+SNAPSHOT_PHASES: Final = frozenset(
+    {"true", "first", "first_in_data_collection", "last_in_data_collection", "last"}
+)
+#: Phases whose record is the last snapshot record of its table.
+SNAPSHOT_END_PHASES: Final = frozenset({"last", "last_in_data_collection"})

@@ -1,0 +1,95 @@
+"""The dead-letter table: records lakehouse could not use, kept with the reason.
+
+Nothing is dropped silently. A record that fails to parse or validate (ingest), or a probe
+row the join's policy rejects (late, expired), is appended here with its raw bytes, its
+source position and the reason, in the same micro-batch transaction scheme as the data
+(``txn=(app_id, batch_id)``), so a replayed batch does not dead-letter twice.
+
+Columns:
+
+============================  ===========  ==================================================
+column                        type         meaning
+============================  ===========  ==================================================
+``_raw_key``                  binary       the record's key bytes, as received (may be NULL)
+``_raw_value``                binary       the record's value bytes, as received; for probe
+                                           rows, the row as JSON
+``_topic``                    string       topic (or directory) it came from
+``_partition``                int          partition (file index for the files source)
+``_offset``                   bigint       offset (line number for the files source)
+``_source_timestamp``         timestamp    the record's timestamp at the source
+``_error_kind``               string       machine-readable reason (``malformed_json``, ...)
+``_error``                    string       human-readable reason
+``_pipeline``                 string       the pipeline id that rejected it
+``_batch_id``                 bigint       the micro-batch that rejected it
+``_dead_lettered_at``         timestamp    when
+============================  ===========  ==================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from lakehouse import delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+DEAD_LETTER_DDL: Final = (
+    "_raw_key binary, _raw_value binary, _topic string, _partition int, _offset bigint, "
+    "_source_timestamp timestamp, _error_kind string, _error string, _pipeline string, "
+    "_batch_id bigint, _dead_lettered_at timestamp"
+)
+
+
+def dead_letter_schema() -> StructType:
+    """The dead-letter table's Spark schema."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(DEAD_LETTER_DDL)
+
+
+def to_dead_letters(
+    df: DataFrame,
+    *,
+    raw_key: Column,
+    raw_value: Column,
+    topic: Column,
+    partition: Column,
+    offset: Column,
+    source_timestamp: Column,
+    error_kind: Column,
+    error: Column,
+    pipeline: str,
+    batch_id: int,
+) -> DataFrame:
+    """Project rows of ``df`` onto the dead-letter layout."""
+    from pyspark.sql import functions as F
+
+    return df.select(
+        raw_key.cast("binary").alias("_raw_key"),
+        raw_value.cast("binary").alias("_raw_value"),
+        topic.cast("string").alias("_topic"),
+        partition.cast("int").alias("_partition"),
+        offset.cast("bigint").alias("_offset"),
+        source_timestamp.cast("timestamp").alias("_source_timestamp"),
+        error_kind.cast("string").alias("_error_kind"),
+        error.cast("string").alias("_error"),
+        F.lit(pipeline).alias("_pipeline"),
+        F.lit(batch_id).cast("bigint").alias("_batch_id"),
+        F.current_timestamp().alias("_dead_lettered_at"),
+    )
+
+
+def append_dead_letters(
+    rows: DataFrame, uri: str, *, app_id: str, batch_id: int
+) -> delta.WriteResult | None:
+    """Append dead-letter rows idempotently; returns None when there were none to write.
+
+    Empty batches are not committed: the dead-letter table's history holds only batches that
+    rejected something. Replays are recognised by the table's transaction version, as for
+    every lakehouse write.
+    """
+    if rows.isEmpty():
+        return None
+    return delta.append(rows, uri, txn=(app_id, batch_id), max_files=1)

@@ -1,0 +1,96 @@
+"""The build side as a watermark channel, read from the build table at one pinned version.
+
+Rules (ARCHITECTURE.md, "The build side's watermark"):
+
+* while the snapshot-complete marker is not set: ``Watermark(MIN, False)``, so the valve holds
+  every probe row back, in both modes (nothing may be joined against a half-loaded
+  dimension);
+* processing-time mode, marker set: ``Watermark(MIN, True)``;
+* row-time mode, marker set: the event-time watermark recorded with the latest data commit
+  at or before the pinned version (max committed event time minus the allowed
+  out-of-orderness).
+
+The channel is IDLE when an idle timeout is configured, the marker is set, and the table's
+last commit is older than the timeout. Before the marker the channel is never idle: idleness
+would otherwise let probe rows through against a half-loaded dimension.
+
+Everything is read at the same pinned version, so the watermark never speaks for data the
+join does not see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lakehouse import delta
+from lakehouse.build import layout as L
+from lakehouse.time import WATERMARK_MIN, Watermark, WatermarkStatus
+
+
+@dataclass(frozen=True, slots=True)
+class BuildChannelState:
+    """The build table as the join sees it at one version.
+
+    Attributes:
+        version: the pinned table version, None when the table does not exist yet.
+        snapshot_complete: the marker at that version.
+        completed_version: ``lakehouse.snapshot.completedVersion``, if set.
+        event_watermark_ms: the recorded event-time watermark, WATERMARK_MIN if none.
+        last_commit_ms: time of the pinned version's commit.
+        key_columns: ``lakehouse.primaryKey``.
+    """
+
+    version: int | None
+    snapshot_complete: bool
+    completed_version: int | None
+    event_watermark_ms: int
+    last_commit_ms: int | None
+    key_columns: tuple[str, ...]
+
+    def watermark(self, *, processing_time: bool) -> Watermark:
+        """The channel's watermark in the given mode (see the module docstring)."""
+        if not self.snapshot_complete:
+            return Watermark.MIN
+        if processing_time:
+            return Watermark.PROCESSING_TIME
+        return Watermark(self.event_watermark_ms)
+
+    def status(self, *, now_ms: int, idle_timeout_ms: int | None) -> WatermarkStatus:
+        """IDLE when the marker is set and no commit came for ``idle_timeout_ms``."""
+        if (
+            idle_timeout_ms is not None
+            and self.snapshot_complete
+            and self.last_commit_ms is not None
+            and now_ms - self.last_commit_ms >= idle_timeout_ms
+        ):
+            return WatermarkStatus.IDLE
+        return WatermarkStatus.ACTIVE
+
+
+def read_build_channel(uri: str, *, version: int | None = None) -> BuildChannelState:
+    """Read the channel's state at ``version`` (latest when None)."""
+    if not delta.table_exists(uri):
+        return BuildChannelState(None, False, None, WATERMARK_MIN, None, ())
+    pinned = delta.latest_version(uri) if version is None else version
+    props = delta.get_properties(uri, version=pinned)
+    watermark = WATERMARK_MIN
+    last_commit_ms: int | None = None
+    latest = delta.latest_version(uri)
+    for entry in delta.history(uri, limit=latest - pinned + 64):
+        if entry.version > pinned:
+            continue
+        if last_commit_ms is None:
+            last_commit_ms = entry.timestamp_ms
+        value = entry.metadata.get(L.META_WATERMARK)
+        if value not in (None, ""):
+            watermark = int(value)
+            break
+    completed = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION)
+    return BuildChannelState(
+        version=pinned,
+        snapshot_complete=props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true",
+        completed_version=int(completed) if completed else None,
+        event_watermark_ms=watermark,
+        last_commit_ms=last_commit_ms,
+        key_columns=tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c),
+    )

@@ -1,0 +1,704 @@
+"""The temporal join operator: one ``foreachBatch`` function, two kinds of time.
+
+For each micro-batch ``k`` (ARCHITECTURE.md, "One join operator, two kinds of time"):
+
+1. **Decide.** Pin the build table's latest version ``V`` and read its channel at ``V``
+   (:mod:`.build_channel`); compute the probe watermark from the strategy and the largest
+   probe time seen so far; combine both in a valve restored from the previous combined
+   watermark (it never decreases). The decision — ``V``, the watermarks, the decision time —
+   is :class:`ReleasePlan`.
+2. **Release.** From the pending and the new rows, release those the combined watermark
+   covers: all of them when it is processing time, those with ``time <= watermark`` when it
+   is event time.
+   New rows at or below the previous watermark are *late* (joined, or dead-lettered by
+   policy); pending rows older than the TTL are *expired* (released unmatched, or
+   dead-lettered). The processing-time wait for the build snapshot needs no special case:
+   before the marker the build channel is event-time MIN, so nothing is covered.
+3. **Join** the released rows with the build table at ``V``: as of each row's time (row
+   time) or the latest version (processing time) — :mod:`.asof`.
+4. **Write**, in this order, each with the Delta transaction ``(pipeline_id, k)``: dead
+   letters, the output (its commit carries the plan), the pending table (overwritten; its
+   commit carries the state the next batch starts from).
+
+Exactly once. Spark hands the same rows to a replayed batch. A replay whose pending write
+is committed is skipped entirely (pending is written last). A replay whose output write is
+committed but whose pending write is not reuses the plan recorded in the output commit, so
+it releases exactly the same rows and writes the pending table the first attempt would have.
+A replay with neither decides afresh: nothing of the first attempt is visible.
+
+State between batches is only in the tables: the pending rows and, in the pending table's
+commit metadata, the combined watermark and the largest probe time seen. The operator object
+itself holds nothing a replay depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse import delta
+from lakehouse.build import layout as L
+from lakehouse.dead_letter import append_dead_letters, to_dead_letters
+from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+from lakehouse.join.build_channel import BuildChannelState, read_build_channel
+from lakehouse.join.options import JoinOptions
+from lakehouse.time import (
+    WATERMARK_MIN,
+    Clock,
+    CombinedWatermark,
+    SystemClock,
+    Watermark,
+    WatermarkStatus,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+# Columns the join adds to every output row.
+MATCHED = "_matched"
+BUILD_VERSION = "_build_version"
+BUILD_EVENT_TIME = "_build_event_time"
+WATERMARK = "_watermark"
+RELEASED_AT = "_released_at"
+JOIN_MODE = "_join_mode"
+BATCH_ID = "_batch_id"
+# Columns of pending rows (kept in the output too).
+ARRIVED_AT = "_arrived_at"
+ARRIVAL_BATCH = "_arrival_batch"
+PROBE_TOPIC = "_probe_topic"
+PROBE_PARTITION = "_probe_partition"
+PROBE_OFFSET = "_probe_offset"
+
+META_PLAN = "lakehouse.plan"
+META_STATE = "lakehouse.state"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasePlan:
+    """The decisions of one micro-batch; recorded so that a replay makes the same ones.
+
+    Attributes:
+        batch_id: the micro-batch.
+        build_version: the pinned build table version (None: no build table yet).
+        combined: the combined watermark that decides the release.
+        previous: the combined watermark before this batch (late rows are at or below it).
+        probe: the probe channel's watermark.
+        build: the build channel's watermark.
+        build_status: ACTIVE or IDLE.
+        probe_max_ts_ms: the largest probe time seen up to and including this batch.
+        decided_at_ms: the decision time (arrival time of new rows, TTL reference).
+    """
+
+    batch_id: int
+    build_version: int | None
+    combined: Watermark
+    previous: Watermark
+    probe: Watermark
+    build: Watermark
+    build_status: WatermarkStatus
+    probe_max_ts_ms: int | None
+    decided_at_ms: int
+
+    def to_json(self) -> str:
+        """Serialise for commit metadata."""
+        return json.dumps(
+            {
+                "batchId": self.batch_id,
+                "buildVersion": self.build_version,
+                "combined": self.combined.to_dict(),
+                "previous": self.previous.to_dict(),
+                "probe": self.probe.to_dict(),
+                "build": self.build.to_dict(),
+                "buildStatus": self.build_status.name,
+                "probeMaxTs": self.probe_max_ts_ms,
+                "decidedAt": self.decided_at_ms,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ReleasePlan:
+        """Parse :meth:`to_json` output."""
+        d = json.loads(text)
+        return cls(
+            batch_id=int(d["batchId"]),
+            build_version=d["buildVersion"],
+            combined=Watermark.from_dict(d["combined"]),
+            previous=Watermark.from_dict(d["previous"]),
+            probe=Watermark.from_dict(d["probe"]),
+            build=Watermark.from_dict(d["build"]),
+            build_status=WatermarkStatus[d["buildStatus"]],
+            probe_max_ts_ms=d["probeMaxTs"],
+            decided_at_ms=int(d["decidedAt"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JoinBatchReport:
+    """What one micro-batch did (progress output, tests)."""
+
+    batch_id: int
+    arrived: int
+    released: int
+    matched: int
+    pending: int
+    late: int
+    expired: int
+    dead_lettered: int
+    plan: ReleasePlan | None
+    seconds: float
+    skipped: bool = False
+    replayed_plan: bool = False
+
+
+class TemporalJoin:
+    """``foreachBatch`` function joining a probe stream with a versioned build table.
+
+    Runs on the driver; Spark calls it once per micro-batch with the raw probe records
+    (``lakehouse.sources`` schema), and again with the same ``batch_id`` and rows after a
+    failure. See the module docstring for the algorithm and the exactly-once argument.
+
+    Args:
+        options: what to join and how; validated already.
+        clock: the decision clock (tests inject a manual one).
+        on_batch: called with each batch's report.
+        num_buckets: hash buckets of the as-of join; default Spark's shuffle partitions.
+    """
+
+    def __init__(
+        self,
+        options: JoinOptions,
+        *,
+        clock: Clock | None = None,
+        on_batch: Callable[[JoinBatchReport], None] | None = None,
+        num_buckets: int | None = None,
+    ) -> None:
+        from pyspark.sql.types import StructType
+
+        self.options = options
+        self.clock = clock or SystemClock()
+        self.on_batch = on_batch
+        self.num_buckets = num_buckets
+        try:
+            self.probe_schema: StructType = StructType.fromDDL(options.probe_schema)
+        except Exception as e:
+            raise ConfigError(
+                f"join setting 'probe_schema': cannot parse {options.probe_schema!r} as DDL: {e}",
+                setting="probe_schema",
+            ) from e
+        names = set(self.probe_schema.fieldNames())
+        for col in (*options.probe_key, options.probe_time, options.probe_id):
+            if col is not None and col not in names:
+                raise ConfigError(
+                    f"join setting names probe column '{col}', which is not in probe_schema "
+                    f"(columns: {sorted(names)})",
+                    setting="probe_schema",
+                )
+        if options.probe_time is not None:
+            from pyspark.sql.types import DateType, NumericType, TimestampType
+
+            typ = self.probe_schema[options.probe_time].dataType
+            if not isinstance(typ, TimestampType | DateType | NumericType):
+                raise ConfigError(
+                    f"join setting 'probe_time': column '{options.probe_time}' has type "
+                    f"{typ.simpleString()}; use a timestamp or epoch milliseconds",
+                    setting="probe_time",
+                )
+
+    # ---------------------------------------------------------------------------- entry point
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        report = self.process(df, batch_id)
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    def process(self, raw: DataFrame, batch_id: int) -> JoinBatchReport:
+        """Process one micro-batch of raw probe records; returns what it did."""
+        started = time.monotonic()
+        o = self.options
+        if _recorded(o.pending_uri, o.pipeline_id, batch_id):
+            return JoinBatchReport(
+                batch_id, 0, 0, 0, 0, 0, 0, 0, None, time.monotonic() - started, skipped=True
+            )
+        spark = raw.sparkSession
+        recorded = self._recorded_plan(batch_id)
+        parsed = self._parse(raw).persist()
+        try:
+            return self._run(spark, parsed, batch_id, recorded, started)
+        finally:
+            parsed.unpersist()
+
+    # ------------------------------------------------------------------------------ internals
+
+    def _run(
+        self,
+        spark: SparkSession,
+        parsed: DataFrame,
+        batch_id: int,
+        recorded: ReleasePlan | None,
+        started: float,
+    ) -> JoinBatchReport:
+        from pyspark.sql import functions as F
+
+        bad = parsed.filter(F.col("_parse_error").isNotNull())
+        stats = (
+            parsed.filter(F.col("_parse_error").isNull())
+            .agg(F.count(F.lit(1)).alias("n"), F.max("_t_ms").alias("max_t"))
+            .first()
+        )
+        arrived = int(stats["n"])
+        batch_max = None if stats["max_t"] is None else int(stats["max_t"])
+
+        plan = recorded or self._decide(batch_id, batch_max)
+        new = (
+            parsed.filter(F.col("_parse_error").isNull())
+            .withColumn(ARRIVED_AT, F.timestamp_millis(F.lit(plan.decided_at_ms)))
+            .withColumn(ARRIVAL_BATCH, F.lit(batch_id).cast("bigint"))
+            .withColumn("_is_new", F.lit(True))
+        )
+        pending = self._read_pending(spark).withColumn("_is_new", F.lit(False))
+        candidates = pending.unionByName(new.drop("_parse_error", "_parse_error_kind")).persist()
+        try:
+            return self._release_and_write(
+                candidates, bad, plan, arrived, batch_id, started, replayed=recorded is not None
+            )
+        finally:
+            candidates.unpersist()
+
+    def _release_and_write(
+        self,
+        candidates: DataFrame,
+        bad: DataFrame,
+        plan: ReleasePlan,
+        arrived: int,
+        batch_id: int,
+        started: float,
+        *,
+        replayed: bool,
+    ) -> JoinBatchReport:
+        from pyspark.sql import functions as F
+
+        o = self.options
+        covered = _covers(plan.combined, F.col("_t_ms"))
+        late = F.lit(False)
+        if o.late_policy == "dead-letter" and not plan.previous.use_processing_time:
+            late = F.col("_is_new") & (F.col("_t_ms") <= F.lit(plan.previous.timestamp))
+        expired = F.lit(False)
+        if o.pending_ttl_ms is not None:
+            horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - o.pending_ttl_ms))
+            expired = ~F.col("_is_new") & (F.col(ARRIVED_AT) <= horizon)
+        staged = (
+            candidates.withColumn("_late", late)
+            .withColumn("_expired", expired & ~late)
+            .withColumn("_release", covered & ~F.col("_late") & ~F.col("_expired"))
+        )
+        can_join = plan.build_version is not None
+        if not can_join:  # no build table yet: nothing can be released or expired
+            staged = staged.withColumn("_release", F.lit(False)).withColumn(
+                "_expired", F.lit(False)
+            )
+
+        dead = self._dead_letters(bad, F.col("_parse_error_kind"), F.col("_parse_error"), batch_id)
+        dead = dead.unionByName(
+            self._dead_letters(
+                staged.filter("_late"),
+                F.lit("late"),
+                F.lit(
+                    f"late probe row: time at or before the watermark {plan.previous} that had "
+                    "already passed when it arrived (late_policy = dead-letter)"
+                ),
+                batch_id,
+            )
+        )
+        if o.expiry_policy == "dead-letter":
+            dead = dead.unionByName(
+                self._dead_letters(
+                    staged.filter("_expired"),
+                    F.lit("expired"),
+                    F.lit(
+                        f"pending longer than pending_ttl_ms = {o.pending_ttl_ms} without being "
+                        "released (expiry_policy = dead-letter)"
+                    ),
+                    batch_id,
+                )
+            )
+        dead_result = append_dead_letters(
+            dead, o.dead_letter_uri, app_id=o.pipeline_id, batch_id=batch_id
+        )
+
+        released_n = matched_n = expired_n = late_n = 0
+        if can_join:
+            out = self._output(staged, plan, batch_id).persist()
+            try:
+                counts = out.agg(
+                    F.count(F.lit(1)).alias("n"), F.sum(F.col(MATCHED).cast("int")).alias("m")
+                ).first()
+                expired_n = staged.filter("_expired").count()
+                late_n = staged.filter("_late").count()
+                released_n = int(counts["n"])
+                matched_n = int(counts["m"] or 0)
+                if o.join_type == "inner":
+                    out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
+                out = out.drop("_expired_row")
+                delta.append(
+                    out,
+                    o.output_uri,
+                    txn=(o.pipeline_id, batch_id),
+                    schema_mode="merge",
+                    metadata={
+                        "lakehouse.batchId": batch_id,
+                        "lakehouse.pipeline": o.pipeline_id,
+                        META_PLAN: plan.to_json(),
+                        "lakehouse.released": released_n,
+                        "lakehouse.matched": matched_n,
+                    },
+                    max_files=2,
+                )
+            finally:
+                out.unpersist()
+
+        keep = staged.filter(~F.col("_release") & ~F.col("_late") & ~F.col("_expired"))
+        keep = keep.drop("_is_new", "_late", "_expired", "_release")
+        pending_n = keep.count()
+        state = {
+            "combined": plan.combined.to_dict(),
+            "probeMaxTs": plan.probe_max_ts_ms,
+            "buildVersion": plan.build_version,
+        }
+        delta.overwrite(
+            keep,
+            o.pending_uri,
+            txn=(o.pipeline_id, batch_id),
+            max_files=2,
+            metadata={
+                "lakehouse.batchId": batch_id,
+                "lakehouse.pipeline": o.pipeline_id,
+                META_STATE: json.dumps(state),
+                META_PLAN: plan.to_json(),
+                "lakehouse.pendingRows": pending_n,
+            },
+        )
+        return JoinBatchReport(
+            batch_id=batch_id,
+            arrived=arrived,
+            released=released_n,
+            matched=matched_n,
+            pending=pending_n,
+            late=late_n,
+            expired=expired_n,
+            dead_lettered=dead_result.rows if dead_result else 0,
+            plan=plan,
+            seconds=time.monotonic() - started,
+            replayed_plan=replayed,
+        )
+
+    def _output(self, staged: DataFrame, plan: ReleasePlan, batch_id: int) -> DataFrame:
+        """Joined output rows of this batch (matched or not, plus expired ones when they are
+        released unmatched), with the lineage columns."""
+        from pyspark.sql import functions as F
+
+        o = self.options
+        spark = staged.sparkSession
+        assert plan.build_version is not None
+        build = delta.read(spark, o.build_uri, version=plan.build_version)
+        build_key = self._build_key(plan.build_version)
+        value_columns = [
+            c for c in build.columns if c not in build_key and c not in L.LINEAGE_COLUMNS
+        ]
+        probe_columns = [
+            c
+            for c in staged.columns
+            if not c.startswith("_")
+            or c in (ARRIVED_AT, ARRIVAL_BATCH, PROBE_TOPIC, PROBE_PARTITION, PROBE_OFFSET)
+        ]
+        out_values = [o.build_prefix + c for c in value_columns]
+        clash = sorted(set(out_values) & set(probe_columns))
+        if clash:
+            raise ConfigError(
+                f"build column(s) {clash} have the names of probe columns; set build_prefix "
+                "(e.g. --build-prefix rate_) so the output can hold both",
+                setting="build_prefix",
+            )
+        released = staged.filter("_release").select(
+            *probe_columns, (F.col("_t_ms") * 1000).alias(PROBE_TIME_US)
+        )
+        joined = join_as_of(
+            released,
+            build,
+            probe_key=o.probe_key,
+            build_key=build_key,
+            value_columns=value_columns,
+            output_names=[*probe_columns, *out_values, BUILD_EVENT_TIME, MATCHED],
+            latest=o.mode == "proctime",
+            num_buckets=self.num_buckets
+            or int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
+        ).withColumn("_expired_row", F.lit(False))
+        if o.expiry_policy == "release":
+            expired = staged.filter("_expired").select(*probe_columns)
+            for name in out_values:
+                expired = expired.withColumn(
+                    name, F.lit(None).cast(build.schema[name[len(o.build_prefix) :]].dataType)
+                )
+            expired = (
+                expired.withColumn(BUILD_EVENT_TIME, F.lit(None).cast("timestamp"))
+                .withColumn(MATCHED, F.lit(False))
+                .withColumn("_expired_row", F.lit(True))
+            )
+            joined = joined.unionByName(expired)
+        wm = None if plan.combined.use_processing_time else plan.combined.timestamp
+        return joined.select(
+            *probe_columns,
+            *out_values,
+            MATCHED,
+            F.lit(plan.build_version).cast("bigint").alias(BUILD_VERSION),
+            BUILD_EVENT_TIME,
+            (
+                F.lit(None).cast("timestamp")
+                if wm is None or wm == WATERMARK_MIN
+                else F.timestamp_millis(F.lit(wm))
+            ).alias(WATERMARK),
+            F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(RELEASED_AT),
+            F.lit(o.mode).alias(JOIN_MODE),
+            F.lit(batch_id).cast("bigint").alias(BATCH_ID),
+            "_expired_row",
+        )
+
+    def _build_key(self, version: int) -> tuple[str, ...]:
+        o = self.options
+        if o.build_key:
+            return o.build_key
+        state = read_build_channel(o.build_uri, version=version)
+        if not state.key_columns:
+            raise SchemaMismatchError(
+                f"build table '{o.build_uri}' has no lakehouse.primaryKey property; set "
+                "build_key in the join configuration",
+                table_uri=o.build_uri,
+            )
+        if len(state.key_columns) != len(o.probe_key):
+            raise ConfigError(
+                f"build table '{o.build_uri}' has key {list(state.key_columns)} but probe_key "
+                f"is {list(o.probe_key)}; they must pair up in order",
+                setting="probe_key",
+            )
+        return state.key_columns
+
+    def _decide(self, batch_id: int, batch_max_ts: int | None) -> ReleasePlan:
+        o = self.options
+        now = self.clock.now_ms()
+        previous, probe_max = self._state()
+        if batch_max_ts is not None:
+            probe_max = batch_max_ts if probe_max is None else max(probe_max, batch_max_ts)
+        if o.watermark == "none":
+            probe_wm = Watermark.PROCESSING_TIME
+        elif probe_max is None:
+            probe_wm = Watermark.MIN
+        else:
+            ooo = o.out_of_orderness_ms if o.watermark == "bounded" else 0
+            # as Flink's BoundedOutOfOrdernessWatermarks: max - ooo - 1
+            probe_wm = Watermark(max(WATERMARK_MIN, probe_max - ooo - 1))
+        channel: BuildChannelState = read_build_channel(o.build_uri)
+        build_wm = channel.watermark(processing_time=o.mode == "proctime")
+        build_status = channel.status(now_ms=now, idle_timeout_ms=o.build_idle_timeout_ms)
+        valve = CombinedWatermark(clock=self.clock, initial_output=previous)
+        valve.input_watermark("probe", probe_wm)
+        valve.input_watermark("build", build_wm)
+        if build_status is WatermarkStatus.IDLE:
+            valve.input_status("build", WatermarkStatus.IDLE)
+        return ReleasePlan(
+            batch_id=batch_id,
+            build_version=channel.version,
+            combined=valve.current(),
+            previous=previous,
+            probe=probe_wm,
+            build=build_wm,
+            build_status=build_status,
+            probe_max_ts_ms=probe_max,
+            decided_at_ms=now,
+        )
+
+    def _state(self) -> tuple[Watermark, int | None]:
+        """The combined watermark and largest probe time after the last completed batch."""
+        o = self.options
+        if not delta.table_exists(o.pending_uri):
+            return Watermark.MIN, None
+        for entry in delta.history(o.pending_uri, limit=8):
+            text = entry.metadata.get(META_STATE)
+            if text:
+                state = json.loads(text)
+                return Watermark.from_dict(state["combined"]), state.get("probeMaxTs")
+        return Watermark.MIN, None
+
+    def _recorded_plan(self, batch_id: int) -> ReleasePlan | None:
+        o = self.options
+        if not _recorded(o.output_uri, o.pipeline_id, batch_id):
+            return None
+        for entry in delta.history(o.output_uri, limit=16):
+            meta = entry.metadata
+            if meta.get("lakehouse.batchId") == str(batch_id) and META_PLAN in meta:
+                return ReleasePlan.from_json(entry.metadata[META_PLAN])
+        raise SchemaMismatchError(
+            f"output table '{o.output_uri}' records batch {batch_id} of pipeline "
+            f"'{o.pipeline_id}' but its plan is not in the recent history; the table was "
+            "changed by something else",
+            table_uri=o.output_uri,
+        )
+
+    def _parse(self, raw: DataFrame) -> DataFrame:
+        """Parse raw probe records: typed columns, ``_t_ms`` (event time, epoch ms), source
+        lineage, and ``_parse_error``/``_parse_error_kind`` for records to dead-letter."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        o = self.options
+        with_corrupt = StructType(
+            [*self.probe_schema.fields, StructField("_corrupt", StringType(), True)]
+        )
+        text = F.col("value").cast("string")
+        row = F.from_json(
+            text, with_corrupt, {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
+        )
+        df = raw.select(
+            F.col("key").alias("_raw_key"),
+            F.col("value").alias("_raw_value"),
+            F.col("topic").alias(PROBE_TOPIC),
+            F.col("partition").alias(PROBE_PARTITION),
+            F.col("offset").alias(PROBE_OFFSET),
+            F.col("timestamp").alias("_source_ts"),
+            row.alias("_r"),
+        )
+        fields = [F.col("_r")[f.name].alias(f.name) for f in self.probe_schema.fields]
+        t_ms = self._time_ms(F.col("_r"))
+        required = [
+            *o.probe_key,
+            *([o.probe_time] if o.probe_time else []),
+            *([o.probe_id] if o.probe_id else []),
+        ]
+        missing = F.lit(None).cast("string")
+        for name in reversed(required):
+            missing = F.when(F.col("_r")[name].isNull(), F.lit(name)).otherwise(missing)
+        error = (
+            F.when(F.col("_raw_value").isNull(), F.lit("empty record"))
+            .when(
+                F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull(),
+                F.lit("not a JSON object matching probe_schema"),
+            )
+            .when(
+                missing.isNotNull(),
+                F.concat(F.lit("required column '"), missing, F.lit("' is missing or NULL")),
+            )
+        )
+        kind = (
+            F.when(F.col("_raw_value").isNull(), F.lit("empty"))
+            .when(
+                F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull(), F.lit("malformed_json")
+            )
+            .when(missing.isNotNull(), F.lit("missing_field"))
+        )
+        return df.select(
+            *fields,
+            PROBE_TOPIC,
+            PROBE_PARTITION,
+            PROBE_OFFSET,
+            (t_ms if t_ms is not None else F.lit(None).cast("bigint")).alias("_t_ms"),
+            "_raw_key",
+            "_raw_value",
+            "_source_ts",
+            error.alias("_parse_error"),
+            kind.alias("_parse_error_kind"),
+        )
+
+    def _time_ms(self, row: Column) -> Column | None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import DateType, TimestampType
+
+        o = self.options
+        if o.probe_time is None:
+            return None
+        typ = self.probe_schema[o.probe_time].dataType
+        value = row[o.probe_time]
+        if isinstance(typ, TimestampType):
+            return F.unix_millis(value)
+        if isinstance(typ, DateType):
+            return F.unix_millis(value.cast("timestamp"))
+        return value.cast("bigint")
+
+    def _read_pending(self, spark: SparkSession) -> DataFrame:
+        o = self.options
+        if delta.table_exists(o.pending_uri):
+            return delta.read(spark, o.pending_uri)
+        return spark.createDataFrame([], self.pending_schema())
+
+    def pending_schema(self) -> StructType:
+        """Schema of the pending table: probe columns, source lineage, event time, arrival."""
+        from pyspark.sql.types import (
+            BinaryType,
+            IntegerType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+            TimestampType,
+        )
+
+        return StructType(
+            [
+                *self.probe_schema.fields,
+                StructField(PROBE_TOPIC, StringType(), True),
+                StructField(PROBE_PARTITION, IntegerType(), True),
+                StructField(PROBE_OFFSET, LongType(), True),
+                StructField("_t_ms", LongType(), True),
+                StructField("_raw_key", BinaryType(), True),
+                StructField("_raw_value", BinaryType(), True),
+                StructField("_source_ts", TimestampType(), True),
+                StructField(ARRIVED_AT, TimestampType(), True),
+                StructField(ARRIVAL_BATCH, LongType(), True),
+            ]
+        )
+
+    def _dead_letters(
+        self, rows: DataFrame, kind: Column, error: Column, batch_id: int
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        return to_dead_letters(
+            rows,
+            raw_key=F.col("_raw_key"),
+            raw_value=F.col("_raw_value"),
+            topic=F.col(PROBE_TOPIC),
+            partition=F.col(PROBE_PARTITION),
+            offset=F.col(PROBE_OFFSET),
+            source_timestamp=F.col("_source_ts"),
+            error_kind=kind,
+            error=error,
+            pipeline=self.options.pipeline_id,
+            batch_id=batch_id,
+        )
+
+
+def _covers(watermark: Watermark, t_ms: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    if watermark.use_processing_time:
+        return F.lit(True)
+    if watermark.timestamp == WATERMARK_MIN:
+        return F.lit(False)
+    return t_ms.isNotNull() & (t_ms <= F.lit(watermark.timestamp))
+
+
+def _recorded(uri: str, app_id: str, batch_id: int) -> bool:
+    if not delta.table_exists(uri):
+        return False
+    version = delta.transaction_version(uri, app_id)
+    return version is not None and version >= batch_id
+
+
+def output_lineage_columns() -> tuple[str, ...]:
+    """The lineage columns every output row carries, in order."""
+    return (MATCHED, BUILD_VERSION, BUILD_EVENT_TIME, WATERMARK, RELEASED_AT, JOIN_MODE, BATCH_ID)
+
+
+__all__: list[Any] = ["JoinBatchReport", "ReleasePlan", "TemporalJoin", "output_lineage_columns"]

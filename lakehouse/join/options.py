@@ -1,0 +1,123 @@
+"""Options of the temporal join, validated when constructed (before any Spark work)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lakehouse.errors import ConfigError
+
+JoinMode = Literal["rowtime", "proctime"]
+JoinType = Literal["inner", "left"]
+WatermarkKind = Literal["bounded", "ascending", "none"]
+LatePolicy = Literal["join", "dead-letter"]
+ExpiryPolicy = Literal["release", "dead-letter"]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinOptions:
+    """How a probe stream joins a build table.
+
+    Attributes:
+        build_uri: the versioned build table (written by the CDC ingest).
+        output_uri: where joined rows are appended.
+        pending_uri: probe rows waiting for the watermark (overwritten every batch).
+        dead_letter_uri: malformed probe records, and rows the late/expiry policies reject.
+        pipeline_id: application id of the Delta transactions; stable across restarts.
+        probe_schema: DDL of the probe records' JSON (e.g. ``"order_id bigint, currency
+            string, amount double, order_ts timestamp"``).
+        probe_key: probe columns that match the build table's key columns, in key order.
+        probe_time: the probe's event-time column (timestamp, or epoch ms as a number);
+            required in row-time mode and by event-time watermark strategies.
+        probe_id: a column identifying a probe row (used by the quality report); optional.
+        build_key: the build table's key; default its ``lakehouse.primaryKey`` property.
+        mode: ``rowtime`` joins each row as of its own time; ``proctime`` joins the latest
+            version, and only once the build table's snapshot is complete.
+        join_type: ``inner`` emits matched rows only; ``left`` emits every released row,
+            with NULL build columns and ``_matched = false`` when nothing matched.
+        watermark: the probe's watermark strategy: ``bounded`` (max time seen minus
+            ``out_of_orderness_ms``), ``ascending`` (bounded with 0), or ``none``
+            (processing time, per FLIP-326).
+        out_of_orderness_ms: see ``watermark``.
+        late_policy: what to do with a row that arrives with time <= the watermark already
+            passed: ``join`` it (as Flink's temporal join does) or ``dead-letter`` it.
+        build_idle_timeout_ms: when the build table has had no commit for this long (and its
+            snapshot is complete), it stops holding back the watermark. None: never.
+        pending_ttl_ms: a row pending longer than this (since it arrived) is expired:
+            released unmatched or dead-lettered, by ``expiry_policy``. None: never.
+        expiry_policy: see ``pending_ttl_ms``.
+        build_prefix: prefix for the build table's columns in the output (needed when a
+            build column has the name of a probe column).
+    """
+
+    build_uri: str
+    output_uri: str
+    pending_uri: str
+    dead_letter_uri: str
+    pipeline_id: str
+    probe_schema: str
+    probe_key: tuple[str, ...]
+    probe_time: str | None = None
+    probe_id: str | None = None
+    build_key: tuple[str, ...] = ()
+    mode: JoinMode = "rowtime"
+    join_type: JoinType = "inner"
+    watermark: WatermarkKind = "bounded"
+    out_of_orderness_ms: int = 0
+    late_policy: LatePolicy = "join"
+    build_idle_timeout_ms: int | None = None
+    pending_ttl_ms: int | None = None
+    expiry_policy: ExpiryPolicy = "release"
+    build_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        def bad(setting: str, message: str) -> ConfigError:
+            return ConfigError(f"join setting '{setting}': {message}", setting=setting)
+
+        if self.mode not in ("rowtime", "proctime"):
+            raise bad("mode", f"must be 'rowtime' or 'proctime', got {self.mode!r}")
+        if self.join_type not in ("inner", "left"):
+            raise bad("join_type", f"must be 'inner' or 'left', got {self.join_type!r}")
+        if self.watermark not in ("bounded", "ascending", "none"):
+            raise bad(
+                "watermark", f"must be 'bounded', 'ascending' or 'none', got {self.watermark!r}"
+            )
+        if self.late_policy not in ("join", "dead-letter"):
+            raise bad("late_policy", f"must be 'join' or 'dead-letter', got {self.late_policy!r}")
+        if self.expiry_policy not in ("release", "dead-letter"):
+            raise bad(
+                "expiry_policy", f"must be 'release' or 'dead-letter', got {self.expiry_policy!r}"
+            )
+        if not self.probe_key:
+            raise bad("probe_key", "name the probe column(s) that match the build key")
+        if not self.probe_schema.strip():
+            raise bad(
+                "probe_schema",
+                "give the probe records' schema as DDL, e.g. "
+                "'id bigint, currency string, ts timestamp'",
+            )
+        if self.mode == "rowtime" and not self.probe_time:
+            raise bad("probe_time", "row-time joins need the probe's event-time column")
+        if self.watermark != "none" and not self.probe_time:
+            raise bad(
+                "probe_time",
+                f"the '{self.watermark}' watermark needs the probe's "
+                "event-time column; set probe_time or use watermark='none'",
+            )
+        if self.out_of_orderness_ms < 0:
+            raise bad("out_of_orderness_ms", f"must be >= 0, got {self.out_of_orderness_ms}")
+        for name in ("build_idle_timeout_ms", "pending_ttl_ms"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise bad(name, f"must be > 0 (or unset to disable), got {value}")
+        if self.build_key and len(self.build_key) != len(self.probe_key):
+            raise bad(
+                "build_key",
+                f"has {len(self.build_key)} column(s) but probe_key has "
+                f"{len(self.probe_key)}; they pair up in order",
+            )
+        if len({self.build_uri, self.output_uri, self.pending_uri, self.dead_letter_uri}) < 4:
+            raise bad(
+                "output_uri",
+                "build, output, pending and dead-letter tables must be four different locations",
+            )
