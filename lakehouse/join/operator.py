@@ -245,12 +245,14 @@ class TemporalJoin:
         from pyspark.sql import functions as F
 
         bad = parsed.filter(F.col("_parse_error").isNotNull())
-        stats = (
-            parsed.filter(F.col("_parse_error").isNull())
-            .agg(F.count(F.lit(1)).alias("n"), F.max("_t_ms").alias("max_t"))
-            .first()
-        )
+        ok = F.col("_parse_error").isNull()
+        stats = parsed.agg(
+            F.count(F.when(ok, 1)).alias("n"),
+            F.count(F.when(~ok, 1)).alias("bad"),
+            F.max(F.when(ok, F.col("_t_ms"))).alias("max_t"),
+        ).first()
         arrived = int(stats["n"])
+        bad_n = int(stats["bad"])
         batch_max = None if stats["max_t"] is None else int(stats["max_t"])
 
         plan = recorded or self._decide(batch_id, batch_max)
@@ -264,7 +266,8 @@ class TemporalJoin:
         candidates = pending.unionByName(new.drop("_parse_error", "_parse_error_kind")).persist()
         try:
             return self._release_and_write(
-                candidates, bad, plan, arrived, batch_id, started, replayed=recorded is not None
+                candidates, bad, bad_n, plan, arrived, batch_id, started,
+                replayed=recorded is not None,
             )
         finally:
             candidates.unpersist()
@@ -273,6 +276,7 @@ class TemporalJoin:
         self,
         candidates: DataFrame,
         bad: DataFrame,
+        bad_n: int,
         plan: ReleasePlan,
         arrived: int,
         batch_id: int,
@@ -302,7 +306,17 @@ class TemporalJoin:
                 "_expired", F.lit(False)
             )
 
+        counts = staged.agg(
+            F.count(F.lit(1)).alias("total"),
+            F.count(F.when(F.col("_release"), 1)).alias("release"),
+            F.count(F.when(F.col("_late"), 1)).alias("late"),
+            F.count(F.when(F.col("_expired"), 1)).alias("expired"),
+        ).first()
+        late_n, expired_n = int(counts["late"]), int(counts["expired"])
+        pending_n = int(counts["total"]) - int(counts["release"]) - late_n - expired_n
+
         dead = self._dead_letters(bad, F.col("_parse_error_kind"), F.col("_parse_error"), batch_id)
+        dead_n = bad_n + late_n
         dead = dead.unionByName(
             self._dead_letters(
                 staged.filter("_late"),
@@ -315,6 +329,7 @@ class TemporalJoin:
             )
         )
         if o.expiry_policy == "dead-letter":
+            dead_n += expired_n
             dead = dead.unionByName(
                 self._dead_letters(
                     staged.filter("_expired"),
@@ -326,21 +341,19 @@ class TemporalJoin:
                     batch_id,
                 )
             )
-        dead_result = append_dead_letters(
-            dead, o.dead_letter_uri, app_id=o.pipeline_id, batch_id=batch_id
-        )
+        if dead_n:
+            append_dead_letters(dead, o.dead_letter_uri, app_id=o.pipeline_id, batch_id=batch_id)
 
-        released_n = matched_n = expired_n = late_n = 0
+        released_n = matched_n = 0
         if can_join:
             out = self._output(staged, plan, batch_id).persist()
             try:
-                counts = out.agg(
+                # computes the join once; the write below reads the cached rows
+                out_counts = out.agg(
                     F.count(F.lit(1)).alias("n"), F.sum(F.col(MATCHED).cast("int")).alias("m")
                 ).first()
-                expired_n = staged.filter("_expired").count()
-                late_n = staged.filter("_late").count()
-                released_n = int(counts["n"])
-                matched_n = int(counts["m"] or 0)
+                released_n = int(out_counts["n"])
+                matched_n = int(out_counts["m"] or 0)
                 if o.join_type == "inner":
                     out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
                 out = out.drop("_expired_row")
@@ -363,7 +376,6 @@ class TemporalJoin:
 
         keep = staged.filter(~F.col("_release") & ~F.col("_late") & ~F.col("_expired"))
         keep = keep.drop("_is_new", "_late", "_expired", "_release")
-        pending_n = keep.count()
         state = {
             "combined": plan.combined.to_dict(),
             "probeMaxTs": plan.probe_max_ts_ms,
@@ -390,7 +402,7 @@ class TemporalJoin:
             pending=pending_n,
             late=late_n,
             expired=expired_n,
-            dead_lettered=dead_result.rows if dead_result else 0,
+            dead_lettered=dead_n,
             plan=plan,
             seconds=time.monotonic() - started,
             replayed_plan=replayed,
