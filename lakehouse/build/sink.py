@@ -47,6 +47,7 @@ from lakehouse.build.marker import (
 )
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.errors import ConfigError
+from lakehouse.failpoints import failpoint
 from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ class BuildSink:
             dead, self.dead_letter_uri, app_id=self.pipeline_id, batch_id=batch_id
         )
         dead_count = dead_result.rows if dead_result is not None else 0
+        failpoint("ingest.after_dead_letters", batch_id)
 
         reports = tuple(self._commit_target(plan, batch_id, end_offsets) for plan in plans)
         return BatchReport(
@@ -375,6 +377,7 @@ class BuildSink:
         finally:
             if rows is not None:
                 rows.unpersist()
+        failpoint("ingest.after_data", batch_id)
         props = delta.get_properties(uri)
         marker_now = False
         if plan.snapshot_signal is not None and not is_complete(props) and not result.skipped:

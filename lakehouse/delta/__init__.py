@@ -13,6 +13,7 @@ from lakehouse.delta.table import history as history
 from lakehouse.delta.table import latest_version as latest_version
 from lakehouse.delta.table import overwrite as overwrite
 from lakehouse.delta.table import read as read
+from lakehouse.delta.table import row_count as row_count
 from lakehouse.delta.table import set_properties as set_properties
 from lakehouse.delta.table import spark_schema_to_arrow as spark_schema_to_arrow
 from lakehouse.delta.table import table_exists as table_exists
@@ -33,6 +34,7 @@ __all__ = [
     "latest_version",
     "overwrite",
     "read",
+    "row_count",
     "set_properties",
     "spark_schema_to_arrow",
     "table_exists",

@@ -170,6 +170,11 @@ def latest_version(uri: str) -> int:
     return _open(uri).version()
 
 
+def row_count(uri: str, *, version: int | None = None) -> int:
+    """Rows in the table at a version, from the log's file statistics (no data is read)."""
+    return int(_open(uri, version).count())
+
+
 def get_properties(uri: str, *, version: int | None = None) -> dict[str, str]:
     """Return the table properties (``delta.*`` and ``lakehouse.*``) at a version."""
     return dict(_open(uri, version).metadata().configuration or {})

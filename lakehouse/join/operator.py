@@ -43,6 +43,7 @@ from lakehouse import delta
 from lakehouse.build import layout as L
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.failpoints import failpoint
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of
 from lakehouse.join.build_channel import BuildChannelState, read_build_channel
 from lakehouse.join.options import JoinOptions
@@ -354,6 +355,7 @@ class TemporalJoin:
                 ).first()
                 released_n = int(out_counts["n"])
                 matched_n = int(out_counts["m"] or 0)
+                failpoint("join.before_output", batch_id)
                 if o.join_type == "inner":
                     out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
                 out = out.drop("_expired_row")
@@ -374,6 +376,7 @@ class TemporalJoin:
             finally:
                 out.unpersist()
 
+        failpoint("join.after_output", batch_id)
         keep = staged.filter(~F.col("_release") & ~F.col("_late") & ~F.col("_expired"))
         keep = keep.drop("_is_new", "_late", "_expired", "_release")
         state = {
@@ -392,8 +395,12 @@ class TemporalJoin:
                 META_STATE: json.dumps(state),
                 META_PLAN: plan.to_json(),
                 "lakehouse.pendingRows": pending_n,
+                "lakehouse.arrived": arrived,
+                "lakehouse.released": released_n,
+                "lakehouse.deadLettered": dead_n,
             },
         )
+        failpoint("join.after_pending", batch_id)
         return JoinBatchReport(
             batch_id=batch_id,
             arrived=arrived,

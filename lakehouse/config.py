@@ -1,0 +1,256 @@
+"""Configuration: one TOML file, overridden by environment variables, overridden by flags.
+
+Precedence (highest first): command-line flags, ``LAKEHOUSE_*`` environment variables, the
+TOML file, defaults. Everything is validated by pydantic before any Spark or Delta work; an
+invalid setting stops the command with a :class:`~lakehouse.errors.ConfigError` that names
+the setting (``join.mode``) and what is wrong.
+
+Environment variables address a setting by its path, upper-case, sections joined by two
+underscores: ``LAKEHOUSE_JOIN__MODE=proctime``, ``LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS=...``.
+List values are comma-separated (``LAKEHOUSE_JOIN__PROBE_KEY=currency``).
+
+Kafka credentials never go on the command line: put them in a librdkafka properties file
+(``kafka.config_file``) or in ``LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD``-style variables.
+
+Example (``lakehouse.toml``)::
+
+    [kafka]
+    bootstrap_servers = "localhost:9092"
+
+    [ingest]
+    pipeline_id = "ingest-rates"
+    source = "kafka"
+    topics = ["dbserver1.public.rates"]
+    checkpoint = "state/ingest-rates"
+    dead_letter_table = "tables/dead_letter"
+
+    [[ingest.tables]]
+    table = "tables/rates"
+    key = ["currency"]
+
+    [join]
+    pipeline_id = "join-orders"
+    source = "kafka"
+    topics = ["orders"]
+    probe_schema = "order_id bigint, currency string, amount decimal(12,2), order_ts timestamp"
+    probe_key = ["currency"]
+    probe_time = "order_ts"
+    probe_id = "order_id"
+    build_table = "tables/rates"
+    output_table = "tables/orders_enriched"
+    pending_table = "tables/orders_pending"
+    dead_letter_table = "tables/dead_letter"
+    checkpoint = "state/join-orders"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lakehouse.errors import ConfigError
+
+ENV_PREFIX = "LAKEHOUSE_"
+Trigger = Literal["available-now", "processing-time", "once"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SparkConfig(_Model):
+    """Spark session settings (see :func:`lakehouse.spark.get_spark`)."""
+
+    master: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class KafkaConfig(_Model):
+    """Connection to the Kafka cluster, shared by ingest and join.
+
+    ``options`` are librdkafka settings (``security.protocol``, ``sasl.mechanism``, ...);
+    ``config_file`` is a librdkafka properties file, the place for secrets.
+    """
+
+    bootstrap_servers: str | None = None
+    config_file: str | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class StreamConfig(_Model):
+    """Where a pipeline reads from and how it runs."""
+
+    pipeline_id: str
+    source: Literal["kafka", "files"] = "kafka"
+    topics: list[str] = Field(default_factory=list)
+    path: str | None = None
+    file_format: Literal["lines", "envelope"] = "lines"
+    starting_offsets: str = "earliest"
+    checkpoint: str
+    trigger: Trigger = "processing-time"
+    interval: str = "5 seconds"
+    max_records_per_trigger: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _source_needs_location(self) -> StreamConfig:
+        if self.source == "kafka" and not self.topics:
+            raise ValueError("source 'kafka' needs topics (e.g. topics = [\"orders\"])")
+        if self.source == "files" and not self.path:
+            raise ValueError("source 'files' needs path (a directory of JSON-lines files)")
+        return self
+
+
+class IngestTableConfig(_Model):
+    """One build table fed by the ingest (see :class:`lakehouse.build.BuildTarget`)."""
+
+    table: str
+    key: list[str] = Field(default_factory=list)
+    source_table: str | None = None
+    event_time: str | None = None
+    out_of_orderness_ms: int = Field(default=0, ge=0)
+
+
+class IngestConfig(StreamConfig):
+    """The CDC ingest: Debezium records into versioned build tables."""
+
+    tables: list[IngestTableConfig]
+    dead_letter_table: str
+
+    @field_validator("tables")
+    @classmethod
+    def _at_least_one(cls, v: list[IngestTableConfig]) -> list[IngestTableConfig]:
+        if not v:
+            raise ValueError("give at least one [[ingest.tables]] entry")
+        return v
+
+
+class JoinConfig(StreamConfig):
+    """The temporal join (see :class:`lakehouse.join.JoinOptions` for each setting)."""
+
+    probe_schema: str
+    probe_key: list[str]
+    probe_time: str | None = None
+    probe_id: str | None = None
+    build_key: list[str] = Field(default_factory=list)
+    build_table: str
+    output_table: str
+    pending_table: str
+    dead_letter_table: str
+    mode: Literal["rowtime", "proctime"] = "rowtime"
+    join_type: Literal["inner", "left"] = "inner"
+    watermark: Literal["bounded", "ascending", "none"] = "bounded"
+    out_of_orderness_ms: int = Field(default=0, ge=0)
+    late_policy: Literal["join", "dead-letter"] = "join"
+    build_idle_timeout_ms: int | None = Field(default=None, gt=0)
+    pending_ttl_ms: int | None = Field(default=None, gt=0)
+    expiry_policy: Literal["release", "dead-letter"] = "release"
+    build_prefix: str = ""
+
+
+class QualityConfig(_Model):
+    """The scheduled quality report."""
+
+    report_dir: str = "quality-report"
+    max_pending_age_ms: int | None = Field(default=None, gt=0)
+
+
+class Settings(_Model):
+    """Everything a lakehouse command can be configured with."""
+
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    ingest: IngestConfig | None = None
+    join: JoinConfig | None = None
+    quality: QualityConfig = Field(default_factory=QualityConfig)
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+_LIST_FIELDS = {"topics", "key", "probe_key", "build_key"}
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings from ``LAKEHOUSE_SECTION__FIELD[__SUBFIELD]`` environment variables.
+
+    >>> env_overrides({"LAKEHOUSE_JOIN__MODE": "proctime", "LAKEHOUSE_JOIN__PROBE_KEY": "a,b"})
+    {'join': {'mode': 'proctime', 'probe_key': ['a', 'b']}}
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = name[len(ENV_PREFIX) :].split("__")
+        keys = [p.lower() for p in path]
+        if keys[:2] in (["kafka", "options"], ["spark", "conf"]) and len(keys) > 2:
+            # librdkafka and Spark keys are dotted: SASL_PASSWORD -> sasl.password
+            sub = ".".join(keys[2:]).replace("_", ".")
+            keys = [*keys[:2], sub]
+        node = out
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = (
+            [v.strip() for v in value.split(",") if v.strip()]
+            if keys[-1] in _LIST_FIELDS
+            else value
+        )
+    return out
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Load and validate the settings (file < environment < ``overrides``).
+
+    Args:
+        path: a TOML file; None means none (``LAKEHOUSE_CONFIG`` is used if set).
+        overrides: settings from flags, as nested dicts; None values mean "not given".
+        environ: the environment (default ``os.environ``).
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a setting is invalid; the message
+            and ``setting`` name the first invalid setting.
+    """
+    environ = os.environ if environ is None else environ
+    path = path or environ.get("LAKEHOUSE_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"configuration file '{p}' does not exist", setting="config")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(
+                f"configuration file '{p}' is not valid TOML: {e}", setting="config"
+            ) from e
+    data = _deep_merge(data, env_overrides(environ))
+    data = _deep_merge(data, overrides or {})
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        count = e.error_count()
+        more = f" (and {count - 1} more problem(s))" if count > 1 else ""
+        got = first.get("input")
+        shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+        raise ConfigError(
+            f"invalid setting '{loc}': {first['msg']}{shown}{more}", setting=loc
+        ) from e

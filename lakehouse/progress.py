@@ -1,0 +1,102 @@
+"""Progress output of the pipelines: one line per micro-batch, on a rich console."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from lakehouse.time import WATERMARK_MIN, Watermark, format_epoch_ms
+
+if TYPE_CHECKING:
+    from lakehouse.build import BatchReport
+    from lakehouse.join import JoinBatchReport
+
+
+def _wm_ms(ms: int) -> str:
+    return "MIN" if ms == WATERMARK_MIN else format_epoch_ms(ms)
+
+
+def ingest_line(report: BatchReport) -> str:
+    """A one-line summary of an ingest batch (rich markup)."""
+    if report.skipped:
+        return f"[dim]ingest batch {report.batch_id}: already committed (replay), skipped[/]"
+    parts = [
+        f"[bold]ingest[/] batch {report.batch_id}: {report.records} records",
+        f"{report.changes} changes",
+    ]
+    if report.tombstones:
+        parts.append(f"{report.tombstones} tombstones")
+    if report.dead_lettered:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.errors_by_kind.items()))
+        parts.append(
+            f"[yellow]{report.dead_lettered} dead-lettered[/]" + (f" ({kinds})" if kinds else "")
+        )
+    if report.unrouted:
+        parts.append(f"[yellow]{report.unrouted} of no configured table[/]")
+    for t in report.targets:
+        marker = "[green]snapshot complete[/]" if t.snapshot_complete else "snapshot loading"
+        if t.marker_set_now:
+            marker = "[bold green]snapshot complete (marker set now)[/]"
+        parts.append(
+            f"{t.table_uri}: +{t.rows} versions (v{t.version}), {marker}, "
+            f"watermark {_wm_ms(t.watermark_ms)}"
+        )
+    parts.append(f"{report.seconds:.1f}s")
+    return ", ".join(parts)
+
+
+def join_line(report: JoinBatchReport) -> str:
+    """A one-line summary of a join batch (rich markup)."""
+    if report.skipped:
+        return f"[dim]join batch {report.batch_id}: already committed (replay), skipped[/]"
+    plan = report.plan
+    wm = (
+        ""
+        if plan is None
+        else (
+            f", watermark {plan.combined} (probe {plan.probe}, build {plan.build}"
+            f"{' idle' if plan.build_status.name == 'IDLE' else ''}), build v{plan.build_version}"
+        )
+    )
+    extra = ""
+    if report.late:
+        extra += f", late {report.late}"
+    if report.expired:
+        extra += f", expired {report.expired}"
+    if report.dead_lettered:
+        extra += f", [yellow]dead-lettered {report.dead_lettered}[/]"
+    replay = " [dim](replayed plan)[/]" if report.replayed_plan else ""
+    return (
+        f"[bold]join[/] batch {report.batch_id}: arrived {report.arrived}, released "
+        f"{report.released}, matched {report.matched}, pending {report.pending}{extra}{wm}"
+        f", {report.seconds:.1f}s{replay}"
+    )
+
+
+class Progress:
+    """Prints batch reports as they come (the ``on_batch`` callback of the sinks)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+
+    def ingest(self, report: BatchReport) -> None:
+        """Print an ingest batch."""
+        self.console.print(ingest_line(report))
+
+    def join(self, report: JoinBatchReport) -> None:
+        """Print a join batch."""
+        self.console.print(join_line(report))
+
+
+def describe_watermark(value: str | None) -> str:
+    """Render a stored watermark (ms as text, or a Watermark dict as JSON) for humans."""
+    import json
+
+    if value in (None, ""):
+        return "-"
+    assert value is not None
+    try:
+        return _wm_ms(int(value))
+    except ValueError:
+        return str(Watermark.from_dict(json.loads(value)))

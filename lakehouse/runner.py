@@ -1,0 +1,158 @@
+"""Compose sources, sinks and triggers into running streaming queries.
+
+This module only composes: the decisions live in :mod:`lakehouse.build` and
+:mod:`lakehouse.join`. It is what ``lakehouse ingest``/``lakehouse join`` and the job entry
+points in ``pipelines/`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
+from lakehouse.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakehouse.build import BatchReport
+    from lakehouse.join import JoinBatchReport
+    from lakehouse.time import Clock
+
+
+def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> DataFrame:
+    """The raw record stream of a pipeline (Kafka or JSON-lines files)."""
+    from lakehouse.sources import read_files_stream, read_kafka_stream
+
+    if cfg.source == "files":
+        assert cfg.path is not None
+        options: dict[str, str] = {"format": cfg.file_format}
+        if cfg.max_records_per_trigger:
+            options["maxFilesPerTrigger"] = str(cfg.max_records_per_trigger)
+        return read_files_stream(
+            spark, cfg.path, topic=cfg.topics[0] if cfg.topics else None, options=options
+        )
+    if not kafka.bootstrap_servers:
+        raise ConfigError(
+            "source 'kafka' needs kafka.bootstrap_servers (or "
+            "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS, or --bootstrap-servers)",
+            setting="kafka.bootstrap_servers",
+        )
+    options = {f"kafka.{k}": v for k, v in kafka.options.items()}
+    if kafka.config_file:
+        options["kafka.config.file"] = kafka.config_file
+    if cfg.max_records_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(cfg.max_records_per_trigger)
+    starting: Any = cfg.starting_offsets
+    if starting not in ("earliest", "latest"):
+        import json
+
+        try:
+            starting = {
+                t: {int(p): int(o) for p, o in parts.items()}
+                for t, parts in json.loads(starting).items()
+            }
+        except (ValueError, AttributeError) as e:
+            raise ConfigError(
+                f"starting_offsets must be 'earliest', 'latest' or JSON like "
+                f'\'{{"topic": {{"0": 42}}}}\', got {cfg.starting_offsets!r}',
+                setting="starting_offsets",
+            ) from e
+    return read_kafka_stream(
+        spark,
+        bootstrap_servers=kafka.bootstrap_servers,
+        topics=cfg.topics,
+        starting_offsets=starting,
+        options=options,
+    )
+
+
+def _start(
+    stream: DataFrame, cfg: StreamConfig, fn: Callable[[DataFrame, int], None], name: str
+) -> StreamingQuery:
+    writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
+    writer = writer.foreachBatch(fn)
+    if cfg.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    elif cfg.trigger == "once":
+        writer = writer.trigger(once=True)
+    else:
+        writer = writer.trigger(processingTime=cfg.interval)
+    return writer.start()
+
+
+def start_ingest(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> StreamingQuery:
+    """Start the CDC ingest described by ``settings.ingest``."""
+    from lakehouse.build import BuildSink, BuildTarget
+
+    cfg: IngestConfig | None = settings.ingest
+    if cfg is None:
+        raise ConfigError("no [ingest] section in the configuration", setting="ingest")
+    targets = [
+        BuildTarget(
+            t.table,
+            key_columns=tuple(t.key),
+            source_table=t.source_table,
+            event_time_column=t.event_time,
+            out_of_orderness_ms=t.out_of_orderness_ms,
+        )
+        for t in cfg.tables
+    ]
+    sink = BuildSink(
+        targets,
+        dead_letter_uri=cfg.dead_letter_table,
+        pipeline_id=cfg.pipeline_id,
+        on_batch=on_batch,
+    )
+    return _start(open_stream(spark, cfg, settings.kafka), cfg, sink, cfg.pipeline_id)
+
+
+def join_options(cfg: JoinConfig) -> Any:
+    """The :class:`lakehouse.join.JoinOptions` of a join configuration."""
+    from lakehouse.join import JoinOptions
+
+    return JoinOptions(
+        build_uri=cfg.build_table,
+        output_uri=cfg.output_table,
+        pending_uri=cfg.pending_table,
+        dead_letter_uri=cfg.dead_letter_table,
+        pipeline_id=cfg.pipeline_id,
+        probe_schema=cfg.probe_schema,
+        probe_key=tuple(cfg.probe_key),
+        probe_time=cfg.probe_time,
+        probe_id=cfg.probe_id,
+        build_key=tuple(cfg.build_key),
+        mode=cfg.mode,
+        join_type=cfg.join_type,
+        watermark=cfg.watermark,
+        out_of_orderness_ms=cfg.out_of_orderness_ms,
+        late_policy=cfg.late_policy,
+        build_idle_timeout_ms=cfg.build_idle_timeout_ms,
+        pending_ttl_ms=cfg.pending_ttl_ms,
+        expiry_policy=cfg.expiry_policy,
+        build_prefix=cfg.build_prefix,
+    )
+
+
+def start_join(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    on_batch: Callable[[JoinBatchReport], None] | None = None,
+    clock: Clock | None = None,
+) -> StreamingQuery:
+    """Start the temporal join described by ``settings.join``."""
+    from lakehouse.join import TemporalJoin
+
+    cfg: JoinConfig | None = settings.join
+    if cfg is None:
+        raise ConfigError("no [join] section in the configuration", setting="join")
+    operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch)
+    return _start(open_stream(spark, cfg, settings.kafka), cfg, operator, cfg.pipeline_id)

@@ -1,0 +1,112 @@
+"""Register the lakehouse sources with a SparkSession and open streams from them.
+
+These helpers validate their arguments in the calling process before any Spark work, so
+a bad setting fails with a :class:`ConfigError` at once rather than when the query starts.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from lakehouse.errors import ConfigError
+from lakehouse.sources.files import FILES_SOURCE_NAME, FilesDataSource, FilesSourceOptions
+from lakehouse.sources.kafka import KAFKA_SOURCE_NAME, KafkaDataSource, KafkaSourceOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def register_sources(spark: SparkSession) -> None:
+    """Register ``lakehouse-kafka`` and ``lakehouse-files`` with ``spark``; idempotent.
+
+    A session is registered once; later calls with the same session do nothing (Spark
+    would otherwise log a warning about replacing the data sources).
+    """
+    if spark in _registered:
+        return
+    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(FilesDataSource)
+    _registered.add(spark)
+
+
+def read_kafka_stream(
+    spark: SparkSession,
+    *,
+    bootstrap_servers: str,
+    topics: str | Sequence[str],
+    starting_offsets: Literal["earliest", "latest"] | Mapping[str, Mapping[int, int]] = "earliest",
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Open a streaming DataFrame of raw Kafka records (see :mod:`lakehouse.sources.kafka`).
+
+    Args:
+        spark: the session; the sources are registered on it if needed.
+        bootstrap_servers: ``host:port[,host:port...]``.
+        topics: a topic name, a comma-separated list, or a sequence of names.
+        starting_offsets: ``"earliest"``, ``"latest"``, or per topic ``{partition: offset}``
+            with -2 for earliest and -1 for latest. Used only without a checkpoint.
+        options: further source options, e.g. ``{"kafka.security.protocol": "SASL_SSL",
+            "kafka.config.file": "/secrets/kafka.properties", "maxOffsetsPerTrigger": "10000"}``.
+
+    Raises:
+        ConfigError: the options are invalid (checked here, without contacting Kafka).
+    """
+    names = topics.split(",") if isinstance(topics, str) else list(topics)
+    if isinstance(starting_offsets, str):
+        starting = starting_offsets
+    else:
+        starting = json.dumps(
+            {
+                topic: {str(p): int(o) for p, o in offsets.items()}
+                for topic, offsets in starting_offsets.items()
+            }
+        )
+    merged: dict[str, str] = {str(k): str(v) for k, v in (options or {}).items()}
+    for key in ("subscribe", "startingoffsets", "kafka.bootstrap.servers"):
+        if any(k.lower() == key for k in merged):
+            raise ConfigError(
+                f"give {key!r} as an argument of read_kafka_stream, not in options.",
+                setting=key,
+            )
+    merged.update(
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": ",".join(n.strip() for n in names),
+            "startingOffsets": starting,
+        }
+    )
+    KafkaSourceOptions.from_options(merged)
+    register_sources(spark)
+    return spark.readStream.format(KAFKA_SOURCE_NAME).options(**merged).load()
+
+
+def read_files_stream(
+    spark: SparkSession,
+    path: str,
+    *,
+    topic: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Open a streaming DataFrame over a JSON-lines directory (see :mod:`lakehouse.sources.files`).
+
+    Args:
+        spark: the session; the sources are registered on it if needed.
+        path: the directory (local or mounted on every node).
+        topic: the ``topic`` column's value; default the directory's base name.
+        options: further options: ``format`` (``lines`` or ``envelope``),
+            ``maxFilesPerTrigger``.
+
+    Raises:
+        ConfigError: the options are invalid (checked here; the directory is not read).
+    """
+    merged: dict[str, str] = {str(k): str(v) for k, v in (options or {}).items()}
+    if topic is not None:
+        merged["topic"] = topic
+    FilesSourceOptions.from_options({**merged, "path": path})
+    register_sources(spark)
+    return spark.readStream.format(FILES_SOURCE_NAME).options(**merged).load(path)
