@@ -51,9 +51,11 @@ from lakehouse.time import (
     WATERMARK_MIN,
     Clock,
     CombinedWatermark,
+    RecordingWatermarkOutput,
     SystemClock,
     Watermark,
     WatermarkStatus,
+    WatermarkStrategy,
 )
 
 if TYPE_CHECKING:
@@ -267,7 +269,13 @@ class TemporalJoin:
         candidates = pending.unionByName(new.drop("_parse_error", "_parse_error_kind")).persist()
         try:
             return self._release_and_write(
-                candidates, bad, bad_n, plan, arrived, batch_id, started,
+                candidates,
+                bad,
+                bad_n,
+                plan,
+                arrived,
+                batch_id,
+                started,
                 replayed=recorded is not None,
             )
         finally:
@@ -511,14 +519,7 @@ class TemporalJoin:
         previous, probe_max = self._state()
         if batch_max_ts is not None:
             probe_max = batch_max_ts if probe_max is None else max(probe_max, batch_max_ts)
-        if o.watermark == "none":
-            probe_wm = Watermark.PROCESSING_TIME
-        elif probe_max is None:
-            probe_wm = Watermark.MIN
-        else:
-            ooo = o.out_of_orderness_ms if o.watermark == "bounded" else 0
-            # as Flink's BoundedOutOfOrdernessWatermarks: max - ooo - 1
-            probe_wm = Watermark(max(WATERMARK_MIN, probe_max - ooo - 1))
+        probe_wm = self._probe_watermark(probe_max)
         channel: BuildChannelState = read_build_channel(o.build_uri)
         build_wm = channel.watermark(processing_time=o.mode == "proctime")
         build_status = channel.status(now_ms=now, idle_timeout_ms=o.build_idle_timeout_ms)
@@ -538,6 +539,30 @@ class TemporalJoin:
             probe_max_ts_ms=probe_max,
             decided_at_ms=now,
         )
+
+    def strategy(self) -> WatermarkStrategy[int]:
+        """The probe's :class:`~lakehouse.time.WatermarkStrategy` (events are epoch ms)."""
+        o = self.options
+        if o.watermark == "none":
+            return WatermarkStrategy.no_watermarks()
+        if o.watermark == "ascending":
+            return WatermarkStrategy.for_monotonous_timestamps()
+        return WatermarkStrategy.for_bounded_out_of_orderness(o.out_of_orderness_ms)
+
+    def _probe_watermark(self, probe_max: int | None) -> Watermark:
+        """Run the strategy's generator over the largest probe time seen so far.
+
+        The generator sees one event per batch — the largest time up to and including the
+        batch (kept in the pending table's metadata across restarts) — which is exact for the
+        strategies the join offers: bounded out-of-orderness and ascending watermarks depend
+        only on the maximum, and processing time on nothing.
+        """
+        output = RecordingWatermarkOutput(clock=self.clock)
+        generator = self.strategy().create_watermark_generator(clock=self.clock)
+        if probe_max is not None:
+            generator.on_event(probe_max, probe_max, output)
+        generator.on_periodic_emit(output)
+        return output.current_watermark
 
     def _state(self) -> tuple[Watermark, int | None]:
         """The combined watermark and largest probe time after the last completed batch."""

@@ -176,3 +176,111 @@ def test_crash_between_output_and_pending_replays_with_recorded_plan(spark, tmp_
     # 0 of the build table even though a newer one exists now
     assert_rows_equal(_output(spark, opts), [(1, 10), (2, 10)])
     assert _pending_ids(spark, opts) == [3]
+
+
+@pytest.mark.parametrize("policy", ["join", "dead-letter"])
+def test_late_rows_are_joined_or_dead_lettered_by_policy(spark, tmp_path, policy):
+    opts = _options(tmp_path, join_type="left", late_policy=policy)
+    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    op = TemporalJoin(opts)
+    op.process(_probe(spark, [ProbeRow(1, "a", 50)]), 0)  # watermark 49
+    # row 2 arrives with time 20 <= 49: late. Row 3 at 60 is on time; the watermark moves to
+    # 59, which releases row 1 (50); row 3 waits.
+    report = op.process(_probe(spark, [ProbeRow(2, "a", 20), ProbeRow(3, "a", 60)]), 1)
+    if policy == "join":
+        assert report.late == 0
+        assert_rows_equal(_output(spark, opts), [(1, 10), (2, 10)])  # 2 joined as of 20
+    else:
+        assert (report.late, report.dead_lettered) == (1, 1)
+        assert_rows_equal(_output(spark, opts), [(1, 10)])
+        dead = delta.read(spark, opts.dead_letter_uri).collect()
+        assert [(r._error_kind, r._offset) for r in dead] == [("late", 0)]
+        assert b'"id": 2' in dead[0]._raw_value
+    assert _pending_ids(spark, opts) == [3]
+
+
+@pytest.mark.parametrize("policy", ["release", "dead-letter"])
+def test_pending_rows_expire_after_ttl(spark, tmp_path, policy):
+    # processing time waiting for a snapshot that never completes: the TTL lets rows go
+    opts = _options(
+        tmp_path,
+        mode="proctime",
+        watermark="none",
+        probe_time=None,
+        join_type="inner",
+        pending_ttl_ms=60_000,
+        expiry_policy=policy,
+    )
+    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], complete=False)
+    clock = ManualClock(1_000_000)
+    op = TemporalJoin(opts, clock=clock)
+    op.process(_probe(spark, [ProbeRow(1, "a", 5)]), 0)
+    clock.advance(30_000)
+    assert op.process(_probe(spark, [ProbeRow(2, "a", 6)]), 1).expired == 0  # 30 s: waits
+    clock.advance(30_000)
+    report = op.process(_probe(spark, []), 2)  # row 1 has waited 60 s, row 2 only 30 s
+    assert report.expired == 1
+    assert _pending_ids(spark, opts) == [2]
+    if policy == "release":
+        rows = delta.read(spark, opts.output_uri).collect()
+        assert [(r.id, r._matched, r.value) for r in rows] == [(1, False, None)]
+    else:
+        assert _output(spark, opts) == []
+        assert [r._error_kind for r in delta.read(spark, opts.dead_letter_uri).collect()] == [
+            "expired"
+        ]
+
+
+def test_idle_build_table_stops_holding_back_the_watermark(spark, tmp_path):
+    # the build watermark is stuck at 9 (no new changes); the probe is at 99
+    opts = _options(tmp_path, build_idle_timeout_ms=60_000)
+    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=9)
+
+    last_commit = delta.history(opts.build_uri, limit=1)[0].timestamp_ms
+    clock = ManualClock(last_commit + 1_000)
+    op = TemporalJoin(opts, clock=clock)
+    report = op.process(
+        _probe(spark, [ProbeRow(1, "a", 5), ProbeRow(2, "a", 50), ProbeRow(3, "a", 100)]), 0
+    )
+    assert report.released == 1  # only ts 5 <= build watermark 9
+    clock.advance(60_000)  # a minute without build commits: the build input is idle
+    report = op.process(_probe(spark, []), 1)
+    assert report.plan.build_status.name == "IDLE"
+    assert report.released == 1  # ts 50 <= probe watermark 99; 100 still waits
+    assert _pending_ids(spark, opts) == [3]
+
+
+def test_malformed_probe_records_are_dead_lettered_and_batch_goes_on(spark, tmp_path):
+    opts = _options(tmp_path, join_type="left")
+    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    raw = raw_records(
+        spark,
+        [
+            {"id": 1, "k": "a", "ts": 5},
+            "{not json",
+            {"id": 2, "ts": 3},
+            {"id": 3, "k": "a", "ts": "yesterday"},
+            {"id": 4, "k": "a", "ts": 9},
+        ],
+    )
+    report = TemporalJoin(opts).process(raw, 0)
+    assert (report.arrived, report.dead_lettered) == (2, 3)
+    dead = {
+        r._offset: (r._error_kind, r._error)
+        for r in delta.read(spark, opts.dead_letter_uri).collect()
+    }
+    assert dead[1][0] == "malformed_json"
+    assert dead[2] == ("missing_field", "required column 'k' is missing or NULL")
+    assert dead[3][0] == "malformed_json"
+    assert_rows_equal(_output(spark, opts), [(1, 10)])  # 4 (ts 9 > wm 8) waits
+
+
+def test_options_are_validated_before_any_spark_work(tmp_path):
+    from lakehouse.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="join setting 'probe_time': row-time joins need"):
+        _options(tmp_path, probe_time=None)
+    with pytest.raises(ConfigError, match="'mode': must be 'rowtime' or 'proctime'"):
+        _options(tmp_path, mode="eventtime")
+    with pytest.raises(ConfigError, match="four different locations"):
+        _options(tmp_path, pending_uri=str(tmp_path / "out"))
