@@ -470,8 +470,8 @@ def smoke(
     back = delta.read(spark, uri).orderBy("id").collect()
     console.print(
         f"wrote {result.rows} rows as Delta version {result.version} at {uri}; "
-        f"replaying the same transaction was {'skipped' if replay.skipped else 'NOT'}"
-        f" skipped; read back {len(back)} rows: {[tuple(r) for r in back]}"
+        f"replaying the same transaction {'was skipped' if replay.skipped else 'was NOT skipped'}"
+        f"; read back {len(back)} rows: {[tuple(r) for r in back]}"
     )
     console.print(f"done in {time.monotonic() - started:.1f}s")
 

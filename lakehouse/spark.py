@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse.errors import ConfigError, EnvironmentSetupError
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIN_JAVA_MAJOR = 17
+
+#: lakehouse's log4j2 configuration: warnings, minus the noise of every local run.
+_LOG4J = (Path(__file__).parent / "log4j2.properties").as_uri()
 
 #: Settings lakehouse relies on for correctness; they win over user configuration.
 REQUIRED_CONF: Mapping[str, str] = {
@@ -54,6 +58,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.parquet.summary.metadata.level": "NONE",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
+    # Stopping a streaming query while a Python data source call is in flight makes Spark's
+    # interrupt handling run a deeply recursive regex; the default 1 MiB thread stack overflows
+    # (a StackOverflowError dump of ~1000 lines). A larger stack lets it finish.
+    "spark.driver.extraJavaOptions": f"-Xss64m -Dlog4j.configurationFile={_LOG4J}",
 }
 
 

@@ -1,6 +1,7 @@
 """Job entry point: `lakehouse ingest` for schedulers (local Spark jobs, Databricks Python tasks).
 
-Usage: `python pipelines/ingest_cdc.py --config lakehouse.toml [flags]` (the flags of `lakehouse ingest`).
+Usage: `python pipelines/ingest_cdc.py --config lakehouse.toml [flags]`
+(the flags of `lakehouse ingest`).
 On Databricks, the active cluster session is used; see README.md, "Running on Databricks".
 """
 

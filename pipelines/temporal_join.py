@@ -1,6 +1,7 @@
 """Job entry point: `lakehouse join` for schedulers (local Spark jobs, Databricks Python tasks).
 
-Usage: `python pipelines/temporal_join.py --config lakehouse.toml [flags]` (the flags of `lakehouse join`).
+Usage: `python pipelines/temporal_join.py --config lakehouse.toml [flags]`
+(the flags of `lakehouse join`).
 On Databricks, the active cluster session is used; see README.md, "Running on Databricks".
 """
 

@@ -22,3 +22,6 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+from kafka_broker import kafka_broker, kafka_topic  # noqa: F401, E402

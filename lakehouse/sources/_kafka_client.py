@@ -436,14 +436,21 @@ def read_range(
         next_offset = start
         last_progress = time.monotonic()
         while next_offset < end:
-            messages = consumer.consume(min(end - next_offset, 10_000), timeout=1.0)
-            if not messages:
-                if (time.monotonic() - last_progress) * 1000 > fetch_timeout_ms:
-                    raise _stalled_error(
-                        config, diagnostics, where, start, end, next_offset, fetch_timeout_ms
-                    )
-                continue
-            last_progress = time.monotonic()
+            try:
+                messages = consumer.consume(min(end - next_offset, 10_000), timeout=1.0)
+            except KafkaException as e:
+                raise diagnostics.failure(
+                    config,
+                    doing=f"reading {where} offsets [{start}, {end})",
+                    timeout_ms=fetch_timeout_ms,
+                    cause=e,
+                ) from e
+            if (time.monotonic() - last_progress) * 1000 > fetch_timeout_ms:
+                # Progress means records of the range arriving; errors and empty polls do not
+                # count, so a broker that keeps answering without data still times out.
+                raise _stalled_error(
+                    config, diagnostics, where, start, end, next_offset, fetch_timeout_ms
+                )
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -463,9 +470,16 @@ def read_range(
                             "explicit startingOffsets if the loss is accepted."
                         )
                     if code in _OUT_OF_RANGE_CODES:
-                        low, high = consumer.get_watermark_offsets(
-                            TopicPartition(topic, partition), timeout=10, cached=False
-                        )
+                        try:
+                            low, high = consumer.get_watermark_offsets(
+                                TopicPartition(topic, partition), timeout=10, cached=False
+                            )
+                        except KafkaException as e:
+                            raise SourceError(
+                                f"{where}: offsets [{start}, {end}) are out of range "
+                                f"({error.str()}) and the partition's watermarks could not be "
+                                f"read: {_kafka_message(e)}. Records are not skipped silently."
+                            ) from e
                         raise offsets_unavailable_error(topic, partition, start, end, low, high)
                     if code in _UNKNOWN_CODES:
                         raise SourceError(
@@ -499,9 +513,10 @@ def read_range(
                     None if java_type == TIMESTAMP_TYPE_NONE else int(ts_ms) * 1000,
                     java_type,
                 )
+                next_offset = offset + 1
+                last_progress = time.monotonic()
                 if batch is not None:
                     yield batch
-                next_offset = offset + 1
         last = builder.flush()
         if last is not None:
             yield last

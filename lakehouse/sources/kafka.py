@@ -147,7 +147,9 @@ class KafkaSourceOptions:
         if config_file:
             client.update(_kafka_client.read_properties_file(config_file))
         for key, value in opts.items():
-            if key.startswith("kafka.") and key != "kafka.config.file":
+            if key == "kafka.config.file":
+                continue
+            if key.startswith("kafka."):
                 client[key.removeprefix("kafka.")] = value
             elif key in _UNSUPPORTED_OPTIONS:
                 raise ConfigError(

@@ -110,7 +110,8 @@ def delete_topic(
     Raises:
         SourceError: the broker is unreachable or rejects the request.
     """
-    futures = _admin(bootstrap, config).delete_topics([topic], request_timeout=timeout_s)
+    admin = _admin(bootstrap, config)  # keep the client alive until the future resolves
+    futures = admin.delete_topics([topic], request_timeout=timeout_s)
     try:
         futures[topic].result(timeout=timeout_s)
     except Exception as e:

@@ -146,7 +146,7 @@ def test_bad_records_go_to_dead_letter_table_and_batch_goes_on(spark, tmp_path):
 
 
 def test_replayed_batch_is_a_no_op(spark, tmp_path):
-    snap, log = _rates()
+    snap, _log = _rates()
     sink = _sink(tmp_path)
     sink.process(_raw(spark, snap), 0)
     before = delta.latest_version(str(tmp_path / "build"))
