@@ -155,4 +155,32 @@ def start_join(
     if cfg is None:
         raise ConfigError("no [join] section in the configuration", setting="join")
     operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch)
-    return _start(open_stream(spark, cfg, settings.kafka), cfg, operator, cfg.pipeline_id)
+    stream = open_stream(spark, cfg, settings.kafka)
+    if cfg.trigger == "processing-time":
+        stream = stream.unionByName(tick_stream(spark))
+    return _start(stream, cfg, operator, cfg.pipeline_id)
+
+
+def tick_stream(spark: SparkSession) -> DataFrame:
+    """One row per micro-batch, in the raw schema, on :data:`~lakehouse.join.operator.
+    TICK_TOPIC`: it makes Spark run the join every trigger interval even when the probe
+    stream is quiet, so waiting rows are released as soon as the build side allows."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.join.operator import TICK_TOPIC
+
+    ticks = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 1)
+        .option("numPartitions", 1)
+        .load()
+    )
+    return ticks.select(
+        F.lit(None).cast("binary").alias("key"),
+        F.lit(None).cast("binary").alias("value"),
+        F.lit(TICK_TOPIC).alias("topic"),
+        F.lit(-1).cast("int").alias("partition"),
+        F.col("value").alias("offset"),
+        F.col("timestamp"),
+        F.lit(0).cast("int").alias("timestampType"),
+    )

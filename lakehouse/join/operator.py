@@ -78,6 +78,12 @@ PROBE_PARTITION = "_probe_partition"
 PROBE_OFFSET = "_probe_offset"
 
 META_PLAN = "lakehouse.plan"
+
+#: Topic of the tick rows the runner mixes into the probe stream under a processing-time
+#: trigger, so that a batch runs every interval even without probe input: build-side progress
+#: (the snapshot marker, the build watermark, idleness, TTLs) then releases waiting rows
+#: without waiting for the next probe row. The operator drops them before anything else.
+TICK_TOPIC = "__lakehouse_tick__"
 META_STATE = "lakehouse.state"
 
 
@@ -186,6 +192,7 @@ class TemporalJoin:
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
         self.num_buckets = num_buckets
+        self._last_pending = 0
         try:
             self.probe_schema: StructType = StructType.fromDDL(options.probe_schema)
         except Exception as e:
@@ -229,7 +236,7 @@ class TemporalJoin:
             )
         spark = raw.sparkSession
         recorded = self._recorded_plan(batch_id)
-        parsed = self._parse(raw).persist()
+        parsed = self._parse(raw.filter(raw["topic"] != TICK_TOPIC)).persist()
         try:
             return self._run(spark, parsed, batch_id, recorded, started)
         finally:
@@ -259,6 +266,12 @@ class TemporalJoin:
         batch_max = None if stats["max_t"] is None else int(stats["max_t"])
 
         plan = recorded or self._decide(batch_id, batch_max)
+        if recorded is None and arrived == 0 and bad_n == 0 and self._nothing_to_do(plan):
+            # A tick with no probe rows, and nothing that could release or expire a waiting
+            # row has changed: no write at all (a replay of this batch decides afresh).
+            return JoinBatchReport(
+                batch_id, 0, 0, 0, self._last_pending, 0, 0, 0, plan, time.monotonic() - started
+            )
         new = (
             parsed.filter(F.col("_parse_error").isNull())
             .withColumn(ARRIVED_AT, F.timestamp_millis(F.lit(plan.decided_at_ms)))
@@ -563,6 +576,32 @@ class TemporalJoin:
             generator.on_event(probe_max, probe_max, output)
         generator.on_periodic_emit(output)
         return output.current_watermark
+
+    def _nothing_to_do(self, plan: ReleasePlan) -> bool:
+        """Whether a batch without new rows would write the same tables as the last batch:
+        the combined watermark and the pinned build version are those the last batch used,
+        and no TTL can expire a row."""
+        o = self.options
+        if not delta.table_exists(o.pending_uri):
+            return False
+        last = self._last_state()
+        if last is None:
+            return False
+        return (
+            o.pending_ttl_ms is None
+            and plan.combined == last["combined"]
+            and plan.build_version == last["buildVersion"]
+        )
+
+    def _last_state(self) -> dict[str, Any] | None:
+        for entry in delta.history(self.options.pending_uri, limit=8):
+            text = entry.metadata.get(META_STATE)
+            if text:
+                state = json.loads(text)
+                self._last_pending = int(entry.metadata.get("lakehouse.pendingRows", 0))
+                state["combined"] = Watermark.from_dict(state["combined"])
+                return state
+        return None
 
     def _state(self) -> tuple[Watermark, int | None]:
         """The combined watermark and largest probe time after the last completed batch."""
