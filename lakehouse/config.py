@@ -245,12 +245,12 @@ def load_settings(
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        count = e.error_count()
-        more = f" (and {count - 1} more problem(s))" if count > 1 else ""
-        got = first.get("input")
-        shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
-        raise ConfigError(
-            f"invalid setting '{loc}': {first['msg']}{shown}{more}", setting=loc
-        ) from e
+        problems = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"])
+            got = err.get("input")
+            shown = "" if err["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+            problems.append((loc, f"'{loc}': {err['msg']}{shown}"))
+        text = "; ".join(p for _, p in problems)
+        noun = "setting" if len(problems) == 1 else f"{len(problems)} settings"
+        raise ConfigError(f"invalid {noun}: {text}", setting=problems[0][0]) from e

@@ -1,0 +1,512 @@
+"""``lakehouse demo``: the product end to end on an embedded default.
+
+1. Starts the embedded Kafka-compatible broker (or, with ``--source files``, uses JSON-lines
+   directories instead) and creates the topics.
+2. Starts three streaming queries in one Spark session, the way a user runs them as one job:
+   the CDC ingest into the ``rates`` build table, a row-time join and a processing-time join of
+   the orders with the rates.
+3. Produces the demo data (:mod:`lakehouse.demo.data`) in waves: the orders start before the
+   rates snapshot is complete, so the processing-time join has to wait for the marker.
+4. When everything produced has been ingested and the joins have nothing left to release,
+   stops the queries, runs the quality report on both joins, and prints a summary.
+
+Everything goes under one output directory, which is cleared first, so the demo can run again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from lakehouse.demo.data import ORDER_SCHEMA, DemoData, Record, make_demo_data
+
+CDC_TOPIC = "dbserver1.public.rates"
+ORDERS_TOPIC = "orders"
+TRIGGER = "2 seconds"
+IDLE_TIMEOUT_MS = 8_000
+SETTLE_TIMEOUT_S = 240
+
+
+@dataclass
+class _Stats:
+    """Counters updated by the pipelines' batch callbacks (Spark's callback thread)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ingest_records: int = 0
+    ingest_batches: int = 0
+    versions: int = 0
+    dead_lettered: int = 0
+    tombstones: int = 0
+    marker: str = "loading"
+    build_watermark: str = "MIN"
+    joins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+    def join_stats(self, name: str) -> dict[str, Any]:
+        return self.joins.setdefault(
+            name,
+            {
+                "batches": 0,
+                "arrived": 0,
+                "released": 0,
+                "matched": 0,
+                "pending": 0,
+                "watermark": "MIN",
+                "dead": 0,
+                "build_idle": False,
+                "first_release_batch": None,
+            },
+        )
+
+
+class _Producer:
+    """Sends waves to Kafka topics or to JSON-lines directories (envelope format, which keeps
+    partitions and offsets, so both modes feed the pipelines the same records)."""
+
+    def __init__(self, source: Literal["kafka", "files"], out: Path, bootstrap: str | None) -> None:
+        self.source, self.out, self.bootstrap = source, out, bootstrap
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.wave = 0
+
+    def setup(self, data: DemoData) -> None:
+        if self.source == "kafka":
+            from lakehouse.sources.kafka_admin import create_topic
+
+            assert self.bootstrap is not None
+            create_topic(self.bootstrap, CDC_TOPIC, data.cdc_partitions)
+            create_topic(self.bootstrap, ORDERS_TOPIC, data.order_partitions)
+        else:
+            (self.out / "input" / CDC_TOPIC).mkdir(parents=True)
+            (self.out / "input" / ORDERS_TOPIC).mkdir(parents=True)
+
+    def send(self, topic: str, records: list[Record]) -> None:
+        # partition by partition, highest first: records of different partitions arrive out
+        # of order (the order within a partition is kept, as Kafka guarantees)
+        ordered = sorted(records, key=lambda r: -r[2])
+        if self.source == "kafka":
+            from lakehouse.sources.kafka_admin import produce
+
+            assert self.bootstrap is not None
+            # one record per batch: the embedded broker's high-watermark defect (see
+            # lakehouse.testing.broker); real Kafka needs no such setting
+            produce(self.bootstrap, topic, ordered, one_record_per_batch=True)
+            return
+        lines = []
+        for key, value, partition in ordered:
+            offset = self.offsets.get((topic, partition), 0)
+            self.offsets[(topic, partition)] = offset + 1
+            lines.append(
+                json.dumps(
+                    {
+                        "key": None if key is None else key.decode(),
+                        "value": None if value is None else value.decode(errors="replace"),
+                        "partition": partition,
+                        "offset": offset,
+                        "timestamp": int(time.time() * 1000),
+                    }
+                )
+            )
+        target = self.out / "input" / topic / f"wave-{self.wave:04d}.jsonl"
+        tmp = target.with_name("." + target.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        tmp.rename(target)  # files appear complete, as the files source requires
+
+
+def _config(out: Path, source: str, bootstrap: str | None) -> dict[str, Any]:
+    tables = out / "tables"
+    stream: dict[str, Any] = {"source": source, "trigger": "processing-time", "interval": TRIGGER}
+    if source == "files":
+        stream["file_format"] = "envelope"
+
+    def where(topic: str) -> dict[str, Any]:
+        if source == "kafka":
+            return {"topics": [topic]}
+        return {"path": str(out / "input" / topic), "topics": [topic]}
+
+    join_common = {
+        **stream,
+        **where(ORDERS_TOPIC),
+        "probe_schema": ORDER_SCHEMA,
+        "probe_key": ["currency"],
+        "probe_time": "order_ts",
+        "probe_id": "order_id",
+        "build_table": str(tables / "rates"),
+        "join_type": "left",
+        "dead_letter_table": str(tables / "orders_dead_letter"),
+    }
+    return {
+        "spark": {"conf": {"spark.sql.shuffle.partitions": "2"}},
+        "kafka": {"bootstrap_servers": bootstrap},
+        "ingest": {
+            **stream,
+            **where(CDC_TOPIC),
+            "pipeline_id": "demo-ingest-rates",
+            "checkpoint": str(out / "checkpoints" / "ingest"),
+            "dead_letter_table": str(tables / "rates_dead_letter"),
+            "tables": [{"table": str(tables / "rates"), "key": ["currency"]}],
+        },
+        "rowtime": {
+            **join_common,
+            "pipeline_id": "demo-join-rowtime",
+            "mode": "rowtime",
+            "watermark": "bounded",
+            "out_of_orderness_ms": 5_000,
+            "build_idle_timeout_ms": IDLE_TIMEOUT_MS,
+            "output_table": str(tables / "orders_rowtime"),
+            "pending_table": str(tables / "orders_rowtime_pending"),
+            "checkpoint": str(out / "checkpoints" / "join-rowtime"),
+        },
+        "proctime": {
+            **join_common,
+            "pipeline_id": "demo-join-proctime",
+            "mode": "proctime",
+            "watermark": "none",
+            "output_table": str(tables / "orders_proctime"),
+            "pending_table": str(tables / "orders_proctime_pending"),
+            "checkpoint": str(out / "checkpoints" / "join-proctime"),
+        },
+    }
+
+
+def run_demo(
+    *,
+    source: Literal["kafka", "files"] = "kafka",
+    output: Path = Path("demo-output"),
+    orders: int = 1200,
+    console: Console | None = None,
+) -> int:
+    """Run the demo; returns the exit code (0 when the quality checks pass).
+
+    Raises:
+        EnvironmentSetupError: the embedded broker cannot start (kafka mode).
+    """
+    console = console or Console(highlight=False)
+    started = time.monotonic()
+    shutil.rmtree(output, ignore_errors=True)
+    output.mkdir(parents=True)
+    output = output.resolve()
+    data = make_demo_data(orders=orders)
+    console.print(f"[bold]lakehouse demo[/] — source: {source}; output: {output}")
+    console.print(
+        f"  {data.cdc_count} CDC records for public.rates over {data.cdc_partitions} "
+        f"partitions, {data.order_count} orders over {data.order_partitions}, "
+        f"in {len(data.waves)} waves"
+    )
+
+    if source == "kafka":
+        from lakehouse.testing.broker import tansu_broker
+
+        with tansu_broker(output / "broker.log") as bootstrap:
+            console.print(f"  embedded Kafka-compatible broker (Tansu) on {bootstrap}")
+            return _run(source, output, bootstrap, data, console, started)
+    return _run(source, output, None, data, console, started)
+
+
+def _run(
+    source: Literal["kafka", "files"],
+    out: Path,
+    bootstrap: str | None,
+    data: DemoData,
+    console: Console,
+    started: float,
+) -> int:
+    from lakehouse.config import Settings
+    from lakehouse.runner import start_ingest, start_join
+    from lakehouse.spark import get_spark
+
+    cfg = _config(out, source, bootstrap)
+    ingest_settings = Settings.model_validate({k: cfg[k] for k in ("spark", "kafka", "ingest")})
+    row_settings = Settings.model_validate(
+        {"spark": cfg["spark"], "kafka": cfg["kafka"], "join": cfg["rowtime"]}
+    )
+    proc_settings = Settings.model_validate(
+        {"spark": cfg["spark"], "kafka": cfg["kafka"], "join": cfg["proctime"]}
+    )
+    (out / "lakehouse.toml").write_text(_toml(cfg))
+
+    producer = _Producer(source, out, bootstrap)
+    producer.setup(data)
+    console.print("  starting Spark ...")
+    spark = get_spark(app_name="lakehouse-demo", conf=cfg["spark"]["conf"])
+    stats = _Stats()
+    queries = [
+        start_ingest(spark, ingest_settings, on_batch=_on_ingest(stats)),
+        start_join(spark, row_settings, on_batch=_on_join(stats, "rowtime")),
+        start_join(spark, proc_settings, on_batch=_on_join(stats, "proctime")),
+    ]
+    try:
+        with Live(
+            _render(stats, "starting"), console=console, refresh_per_second=2, transient=False
+        ) as live:
+            for i, wave in enumerate(data.waves):
+                producer.wave = i
+                producer.send(CDC_TOPIC, wave.cdc)
+                producer.send(ORDERS_TOPIC, wave.orders)
+                with stats.lock:
+                    stats.log.append(
+                        f"wave {i}: sent {len(wave.cdc)} CDC records, {len(wave.orders)} orders"
+                    )
+                # the first pause is long enough for the orders to wait on a half snapshot
+                _sleep_live(live, stats, 10 if i == 0 else 4, f"wave {i + 1}/{len(data.waves)}")
+            _settle(live, stats, data, queries)
+        console.print()
+    finally:
+        for q in queries:
+            q.stop()
+    for q in queries:
+        if q.exception() is not None:
+            raise q.exception()
+    return _finish(spark, cfg, stats, data, out, console, started)
+
+
+def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
+    def on_batch(report: Any) -> None:
+        from lakehouse.progress import _wm_ms
+
+        with stats.lock:
+            stats.ingest_batches += 1
+            stats.ingest_records += report.records
+            stats.dead_lettered += report.dead_lettered
+            stats.tombstones += report.tombstones
+            for t in report.targets:
+                stats.versions += t.rows
+                stats.build_watermark = _wm_ms(t.watermark_ms)
+                if t.marker_set_now:
+                    stats.marker = f"set in batch {report.batch_id}"
+                    stats.log.append(
+                        f"ingest batch {report.batch_id}: snapshot complete, marker set"
+                    )
+
+    return on_batch
+
+
+def _on_join(stats: _Stats, name: str) -> Callable[[Any], None]:
+    def on_batch(report: Any) -> None:
+        with stats.lock:
+            s = stats.join_stats(name)
+            s["batches"] += 1
+            s["arrived"] += report.arrived
+            s["released"] += report.released
+            s["matched"] += report.matched
+            s["dead"] += report.dead_lettered
+            s["pending"] = report.pending
+            if report.plan is not None:
+                s["watermark"] = str(report.plan.combined)
+                s["probe_max"] = report.plan.probe_max_ts_ms
+                s["wm_ms"] = (
+                    None
+                    if report.plan.combined.use_processing_time
+                    else report.plan.combined.timestamp
+                )
+                s["build_idle"] = report.plan.build_status.name == "IDLE"
+            if report.released and s["first_release_batch"] is None:
+                s["first_release_batch"] = report.batch_id
+                stats.log.append(
+                    f"{name} join batch {report.batch_id}: first release ({report.released} rows)"
+                )
+
+    return on_batch
+
+
+def _render(stats: _Stats, phase: str) -> Group:
+    with stats.lock:
+        table = Table(
+            "pipeline",
+            "batches",
+            "in",
+            "versions / released",
+            "matched",
+            "pending",
+            "dead-lettered",
+            "watermark / marker",
+            title=f"demo — {phase}",
+            title_justify="left",
+        )
+        table.add_row(
+            "ingest rates",
+            str(stats.ingest_batches),
+            str(stats.ingest_records),
+            str(stats.versions),
+            "",
+            "",
+            str(stats.dead_lettered),
+            f"{stats.build_watermark} / snapshot {stats.marker}",
+        )
+        for name in ("rowtime", "proctime"):
+            s = stats.join_stats(name)
+            table.add_row(
+                f"join {name}",
+                str(s["batches"]),
+                str(s["arrived"]),
+                str(s["released"]),
+                str(s["matched"]),
+                str(s["pending"]),
+                str(s["dead"]),
+                s["watermark"] + (" (build idle)" if s["build_idle"] else ""),
+            )
+        log = "\n".join(stats.log[-6:])
+    return Group(table, log)
+
+
+def _sleep_live(live: Live, stats: _Stats, seconds: float, phase: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        live.update(_render(stats, phase))
+        time.sleep(0.5)
+
+
+def _settle(live: Live, stats: _Stats, data: DemoData, queries: list[Any]) -> None:
+    """Wait until everything produced was ingested and joined, and the joins are quiet."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    quiet_since: float | None = None
+    last: tuple[Any, ...] | None = None
+    while time.monotonic() < deadline:
+        for q in queries:
+            if q.exception() is not None:
+                return
+        with stats.lock:
+            row, proc = stats.join_stats("rowtime"), stats.join_stats("proctime")
+            done = (
+                stats.ingest_records >= data.cdc_count
+                and row["arrived"] + row["dead"] >= data.order_count
+                and proc["arrived"] + proc["dead"] >= data.order_count
+                and proc["pending"] == 0
+                and row["build_idle"]
+            )
+            state = (row["released"], row["pending"], proc["released"])
+        if done and state == last:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 6:
+                return
+        else:
+            quiet_since = None
+        last = state
+        live.update(_render(stats, "settling: waiting for the joins to release"))
+        time.sleep(0.5)
+    with stats.lock:
+        stats.log.append(f"stopped after {SETTLE_TIMEOUT_S} s of settling")
+
+
+def _finish(
+    spark: Any,
+    cfg: dict[str, Any],
+    stats: _Stats,
+    data: DemoData,
+    out: Path,
+    console: Console,
+    started: float,
+) -> int:
+    from lakehouse import delta
+    from lakehouse.build import layout as L
+    from lakehouse.quality import run_quality_report
+
+    reports = {}
+    for name in ("rowtime", "proctime"):
+        j = cfg[name]
+        console.print(f"quality report for the {name} join ...")
+        reports[name] = run_quality_report(
+            spark,
+            output_uri=j["output_table"],
+            pending_uri=j["pending_table"],
+            build_uri=j["build_table"],
+            dead_letter_uri=j["dead_letter_table"],
+            probe_id="order_id",
+            probe_key=("currency",),
+            probe_time="order_ts",
+            report_dir=out / "quality" / name,
+        )
+    rates = cfg["ingest"]["tables"][0]["table"]
+    props = delta.get_properties(rates)
+    summary = Table("", "value", title="demo summary", title_justify="left", show_lines=False)
+    summary.add_row(
+        "CDC events produced / ingested",
+        f"{data.cdc_count} / {stats.ingest_records} ({stats.tombstones} tombstones)",
+    )
+    summary.add_row("build versions (rates)", str(delta.row_count(rates)))
+    summary.add_row("dead-lettered CDC records", str(stats.dead_lettered))
+    summary.add_row(
+        "snapshot marker",
+        f"{props.get(L.PROP_SNAPSHOT_COMPLETE)} at "
+        f"{props.get(L.PROP_SNAPSHOT_COMPLETED_AT, '-')} (version "
+        f"{props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION, '-')}, signal "
+        f"{props.get(L.PROP_SNAPSHOT_SIGNAL, '-')})",
+    )
+    for name in ("rowtime", "proctime"):
+        s = stats.join_stats(name)
+        j = cfg[name]
+        out_rows = (
+            delta.row_count(j["output_table"]) if delta.table_exists(j["output_table"]) else 0
+        )
+        summary.add_row(f"{name}: probe rows in", str(s["arrived"]))
+        summary.add_row(
+            f"{name}: released / matched / pending",
+            f"{s['released']} / {s['matched']} / {s['pending']} ({out_rows} output rows)",
+        )
+        summary.add_row(f"{name}: first release in batch", str(s["first_release_batch"]))
+        summary.add_row(f"{name}: watermark (lag behind the newest order)", _lag(s))
+        summary.add_row(
+            f"{name}: quality",
+            ("[green]passed[/]" if reports[name].success else "[red]FAILED[/]")
+            + f" — {reports[name].data_docs_path}",
+        )
+    summary.add_row("tables", str(out / "tables"))
+    summary.add_row("configuration (for lakehouse sql/status)", str(out / "lakehouse.toml"))
+    summary.add_row("took", f"{time.monotonic() - started:.0f} s")
+    console.print(summary)
+    console.print(
+        f'try: lakehouse sql -c {out / "lakehouse.toml"} "SELECT order_id, currency, '
+        "amount, rate, _build_event_time FROM orders_rowtime ORDER BY order_id "
+        'LIMIT 5"'
+    )
+    return 0 if all(r.success for r in reports.values()) else 1
+
+
+def _lag(s: dict[str, Any]) -> str:
+    """The combined watermark, and how far it trails the newest order's event time."""
+    if s.get("wm_ms") is None or s.get("probe_max") is None:
+        return f"{s['watermark']} (releases every row)"
+    return f"{s['watermark']} ({(s['probe_max'] - s['wm_ms']) / 1000:.1f} s)"
+
+
+def _toml(cfg: dict[str, Any]) -> str:
+    """The demo's settings as a lakehouse.toml (the row-time join as [join])."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        return str(v)
+
+    lines: list[str] = []
+    sections = {
+        "spark": cfg["spark"],
+        "kafka": cfg["kafka"],
+        "ingest": cfg["ingest"],
+        "join": cfg["rowtime"],
+    }
+    for name, section in sections.items():
+        lines.append(f"[{name}]")
+        for k, v in section.items():
+            if v is None or k == "tables":
+                continue
+            lines.append(f"{k} = {value(v)}")
+        for t in section.get("tables", []):
+            lines.append(f"[[{name}.tables]]")
+            lines += [f"{k} = {value(v)}" for k, v in t.items()]
+        lines.append("")
+    return "\n".join(lines)

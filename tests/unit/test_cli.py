@@ -1,0 +1,54 @@
+"""The command line's error handling (no Spark is started by these cases)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse.cli import main
+from lakehouse.failpoints import _armed
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_invalid_setting_exits_2_with_one_line_naming_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
+    code, out = _run(["join", "--mode", "bogus", "--probe-key", "k"], capsys)
+    assert code == 2
+    assert "error: invalid" in out.err and "'join.mode'" in out.err
+    assert "Traceback" not in out.err
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "DROP TABLE rates",
+        "INSERT INTO rates VALUES (1)",
+        "delete from rates",
+        "CREATE TABLE x AS SELECT 1",
+    ],
+)
+def test_sql_is_read_only(capsys, query):
+    code, out = _run(["sql", query, "--table", "rates=/nonexistent"], capsys)
+    assert code == 2
+    assert "read-only queries only" in out.err
+
+
+def test_unknown_option_is_a_usage_error(capsys):
+    code, out = _run(["ingest", "--nope"], capsys)
+    assert code == 2
+    assert "No such option" in out.err
+
+
+def test_snapshot_complete_needs_a_reason(capsys):
+    code, out = _run(["snapshot-complete", "/nonexistent", "--reason", "  "], capsys)
+    assert code == 2
+    assert "--reason must say why" in out.err
+
+
+def test_failpoints_parse_names_and_batches(monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_FAILPOINTS", "join.after_output@2, join.after_output@5,x")
+    assert _armed() == {"join.after_output": {2, 5}, "x": None}

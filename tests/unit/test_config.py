@@ -1,0 +1,101 @@
+"""Configuration: TOML file < environment < flags, validated with errors naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse.config import env_overrides, load_settings
+from lakehouse.errors import ConfigError
+
+JOIN = """
+[join]
+pipeline_id = "j"
+source = "files"
+path = "/data/orders"
+checkpoint = "/ck"
+probe_schema = "id bigint, k string, ts timestamp"
+probe_key = ["k"]
+probe_time = "ts"
+build_table = "/t/build"
+output_table = "/t/out"
+pending_table = "/t/pending"
+dead_letter_table = "/t/dlq"
+"""
+
+
+def _file(tmp_path, text=JOIN):
+    path = tmp_path / "lakehouse.toml"
+    path.write_text(text)
+    return path
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    cfg = _file(tmp_path, JOIN + 'mode = "rowtime"\nout_of_orderness_ms = 10\n')
+    env = {"LAKEHOUSE_JOIN__MODE": "proctime", "LAKEHOUSE_JOIN__OUT_OF_ORDERNESS_MS": "20"}
+    settings = load_settings(cfg, environ=env, overrides={"join": {"out_of_orderness_ms": 30}})
+    assert settings.join.mode == "proctime"  # environment over file
+    assert settings.join.out_of_orderness_ms == 30  # flags over environment
+    assert settings.join.probe_key == ["k"]  # file
+
+
+def test_flags_given_as_none_do_not_override(tmp_path):
+    settings = load_settings(_file(tmp_path), environ={}, overrides={"join": {"mode": None}})
+    assert settings.join.mode == "rowtime"
+
+
+def test_environment_lists_and_dotted_kafka_options():
+    env = {
+        "LAKEHOUSE_JOIN__PROBE_KEY": "a, b",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": "b:9092",
+        "OTHER": "x",
+        "LAKEHOUSE_CONFIG": "f",
+    }
+    assert env_overrides(env) == {
+        "join": {"probe_key": ["a", "b"]},
+        "kafka": {"options": {"sasl.mechanism": "PLAIN"}, "bootstrap_servers": "b:9092"},
+    }
+
+
+def test_config_file_from_environment(tmp_path):
+    settings = load_settings(environ={"LAKEHOUSE_CONFIG": str(_file(tmp_path))})
+    assert settings.join.pipeline_id == "j"
+
+
+@pytest.mark.parametrize(
+    ("text", "setting", "message"),
+    [
+        # a value outside a closed set names the setting and the value given
+        (
+            JOIN + 'mode = "eventtime"\n',
+            "join.mode",
+            r"'join.mode': Input should be 'rowtime' or "
+            r"'proctime' \(got 'eventtime'\)",
+        ),
+        # a negative duration
+        (JOIN + "out_of_orderness_ms = -1\n", "join.out_of_orderness_ms", "greater than or equal"),
+        # a typo is not silently ignored
+        (JOIN + 'modee = "rowtime"\n', "join.modee", "Extra inputs are not permitted"),
+        # a kafka source without topics
+        (JOIN.replace('source = "files"', 'source = "kafka"'), "join", "needs topics"),
+    ],
+)
+def test_invalid_settings_name_the_setting(tmp_path, text, setting, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        load_settings(_file(tmp_path, text), environ={})
+    assert err.value.setting == setting
+
+
+def test_every_missing_setting_is_listed_at_once(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_settings(_file(tmp_path, '[join]\npipeline_id = "j"\n'), environ={})
+    text = str(err.value)
+    for name in ("checkpoint", "probe_schema", "probe_key", "build_table", "output_table"):
+        assert f"'join.{name}': Field required" in text
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", environ={})
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(_file(tmp_path, "[join\n"), environ={})
