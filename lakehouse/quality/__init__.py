@@ -1,0 +1,32 @@
+"""Data-quality report of the temporal join's tables: Great Expectations suites on Spark,
+Data Docs, a JSON summary and a watermark plot.
+
+>>> from lakehouse.quality import CHECKS
+>>> list(CHECKS)  # doctest: +NORMALIZE_WHITESPACE
+['probe_ids_unique', 'probe_rows_accounted', 'output_matched', 'proctime_build_version',
+ 'pending_age', 'watermark_monotonic']
+"""
+
+from lakehouse.quality.errors import QualityError as QualityError
+from lakehouse.quality.render import print_report as print_report
+from lakehouse.quality.render import report_table as report_table
+from lakehouse.quality.report import CHECKS as CHECKS
+from lakehouse.quality.report import CheckName as CheckName
+from lakehouse.quality.report import CheckResult as CheckResult
+from lakehouse.quality.report import CheckStatus as CheckStatus
+from lakehouse.quality.report import QualityReport as QualityReport
+from lakehouse.quality.report import TableVersion as TableVersion
+from lakehouse.quality.report import run_quality_report as run_quality_report
+
+__all__ = [
+    "CHECKS",
+    "CheckName",
+    "CheckResult",
+    "CheckStatus",
+    "QualityError",
+    "QualityReport",
+    "TableVersion",
+    "print_report",
+    "report_table",
+    "run_quality_report",
+]

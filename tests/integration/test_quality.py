@@ -1,0 +1,400 @@
+"""The quality report on real tables written by the real TemporalJoin operator.
+
+Each check has a passing case and a failing case. Failures the operator cannot produce (a
+replayed batch written twice, a lost pending row, a decreasing watermark, a row joined before
+the snapshot) are injected with ``lakehouse.delta`` functions into a copy of real tables.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import raw_records, write_build_table
+from pyspark.sql import functions as F
+from reference import Version
+
+from lakehouse import delta
+from lakehouse.join import JoinOptions, TemporalJoin
+from lakehouse.quality import QualityReport, run_quality_report
+from lakehouse.time import ManualClock, Watermark
+
+pytestmark = pytest.mark.spark
+
+PROBE_SCHEMA = "id bigint, k string, ts bigint"
+T0 = 1_700_000_000_000  # the join's (manual) clock at batch 0
+MINUTE = 60_000
+
+
+def _options(root: Path, **kw) -> JoinOptions:
+    base = dict(
+        build_uri=str(root / "build"),
+        output_uri=str(root / "out"),
+        pending_uri=str(root / "pending"),
+        dead_letter_uri=str(root / "dlq"),
+        pipeline_id="quality-test",
+        probe_schema=PROBE_SCHEMA,
+        probe_key=("k",),
+        probe_time="ts",
+        probe_id="id",
+    )
+    base.update(kw)
+    return JoinOptions(**base)
+
+
+def _probe(spark, rows, first_offset=0):
+    return raw_records(
+        spark,
+        [r if isinstance(r, str) else {"id": r[0], "k": r[1], "ts": r[2]} for r in rows],
+        first_offset=first_offset,
+    )
+
+
+def _report(spark, opts: JoinOptions, report_dir: Path, **kw) -> QualityReport:
+    args = dict(
+        output_uri=opts.output_uri,
+        pending_uri=opts.pending_uri,
+        build_uri=opts.build_uri,
+        dead_letter_uri=opts.dead_letter_uri,
+        probe_id="id",
+        probe_key=("k",),
+        probe_time=opts.probe_time,
+        report_dir=report_dir,
+        max_pending_age_ms=10 * MINUTE,
+        now_ms=T0 + 2 * MINUTE,
+    )
+    args.update(kw)
+    return run_quality_report(spark, **args)
+
+
+def _statuses(report: QualityReport) -> dict[str, str]:
+    return {c.name: c.status for c in report.checks}
+
+
+def _copy_tables(src: Path, dst: Path) -> JoinOptions:
+    for name in ("build", "out", "pending", "dlq"):
+        if (src / name).exists():
+            shutil.copytree(src / name, dst / name)
+    return _options(dst)
+
+
+@pytest.fixture(scope="module")
+def rowtime(spark, tmp_path_factory) -> JoinOptions:
+    """A healthy row-time inner join after two batches.
+
+    batch 0 (clock T0): ids 1 (a, 5), 2 (b, 8), 3 (a, 100) and one malformed record;
+        probe watermark 99: 1 and 2 released and matched, 3 pending, the malformed record
+        dead-lettered.
+    batch 1 (clock T0 + 1 min): ids 4 (z, 50), 5 (b, 200); watermark 199: 3 released
+        (matched), 4 released but unmatched (key z is not in the build table, so the inner
+        join drops it), 5 pending.
+    Output {1, 2, 3}; pending {5}; arrived 5 = released 4 + pending 1 (the malformed record
+    is dead-lettered without counting as arrived).
+    """
+    root = tmp_path_factory.mktemp("quality-rowtime")
+    opts = _options(root)
+    write_build_table(
+        spark,
+        opts.build_uri,
+        [Version("a", 1, "1", "r", 10), Version("b", 1, "2", "r", 20)],
+        watermark_ms=10**12,
+    )
+    clock = ManualClock(T0)
+    join = TemporalJoin(opts, clock=clock, num_buckets=2)
+    join.process(_probe(spark, [(1, "a", 5), (2, "b", 8), (3, "a", 100), "not json"]), 0)
+    clock.advance(MINUTE)
+    join.process(_probe(spark, [(4, "z", 50), (5, "b", 200)], first_offset=4), 1)
+    return opts
+
+
+@dataclass(frozen=True)
+class Run:
+    """A report and what its directory held right after it was written."""
+
+    report: QualityReport
+    summary: dict
+    files: list[str]
+    docs_index: str
+
+
+def _run(spark, opts: JoinOptions, report_dir: Path, **kw) -> Run:
+    report = _report(spark, opts, report_dir, **kw)
+    return Run(
+        report=report,
+        summary=json.loads(report.summary_path.read_text()),
+        files=sorted(str(p.relative_to(report_dir)) for p in report_dir.rglob("*")),
+        docs_index=report.data_docs_path.read_text(),
+    )
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory) -> Path:
+    """One report directory that the healthy and then the defective report are written to."""
+    return tmp_path_factory.mktemp("report")
+
+
+@pytest.fixture(scope="module")
+def healthy(spark, rowtime, report_dir) -> Run:
+    return _run(spark, rowtime, report_dir)
+
+
+# ------------------------------------------------------------------------- passing cases
+
+
+def test_healthy_join_passes_every_check(healthy):
+    assert _statuses(healthy.report) == {
+        "probe_ids_unique": "passed",
+        "probe_rows_accounted": "passed",
+        "output_matched": "passed",
+        "proctime_build_version": "passed",
+        "pending_age": "passed",
+        "watermark_monotonic": "passed",
+    }
+    assert healthy.report.success
+    assert all(not c.failing_rows for c in healthy.report.checks)
+
+
+def test_summary_records_observed_values_and_versions(healthy, rowtime):
+    summary = healthy.summary
+    assert (summary["success"], summary["failed_checks"]) == (True, [])
+    checks = {c["name"]: c for c in summary["checks"]}
+    # 3 output rows + 1 pending row, all ids distinct
+    assert checks["probe_ids_unique"]["observed"] == {
+        "rows": 4,
+        "duplicated_rows": 0,
+        "null_ids": 0,
+    }
+    # the malformed record is dead-lettered without counting as arrived; the dead-letter
+    # table tells it apart
+    assert checks["probe_rows_accounted"]["observed"] == {
+        "batches": 2,
+        "baseline_pending": 0,
+        "arrived": 5,
+        "released": 4,
+        "dead_lettered": 1,
+        "malformed_dead_letters": 1,
+        "pending_rows": 1,
+        "pending_rows_recorded": 1,
+        "arrived_total": 5,
+        "accounted_total": 5,
+        "history_from_creation": True,
+    }
+    assert checks["probe_rows_accounted"]["message"] == (
+        "arrived 5 over 2 batch(es) = 5 vs released 4 + dead-lettered 1 - 1 malformed + "
+        "pending 1 = 5"
+    )
+    assert checks["output_matched"]["observed"] == {"rows": 3, "unmatched": 0}
+    # a row-time join writes no processing-time rows
+    assert checks["proctime_build_version"]["observed"]["proctime_rows"] == 0
+    # id 5 arrived in batch 1 at T0 + 1 min; the report time is T0 + 2 min
+    assert checks["pending_age"]["observed"]["oldest_age_ms"] == MINUTE
+    assert checks["watermark_monotonic"]["observed"] == {
+        "batches": 2,
+        "decreases": 0,
+        "first": str(Watermark(99)),
+        "last": str(Watermark(199)),
+    }
+    assert summary["tables"] == {
+        "output": {"uri": rowtime.output_uri, "version": delta.latest_version(rowtime.output_uri)},
+        "pending": {
+            "uri": rowtime.pending_uri,
+            "version": delta.latest_version(rowtime.pending_uri),
+        },
+        "build": {"uri": rowtime.build_uri, "version": delta.latest_version(rowtime.build_uri)},
+        "dead_letter": {
+            "uri": rowtime.dead_letter_uri,
+            "version": delta.latest_version(rowtime.dead_letter_uri),
+        },
+    }
+    assert summary["run"]["duration_s"] > 0
+    assert checks["output_matched"]["suite"].endswith("expectations/output_matched.json")
+
+
+def test_data_docs_and_plot_are_written(healthy, report_dir):
+    report = healthy.report
+    assert report.data_docs_path == report_dir / "data_docs" / "index.html"
+    assert "probe_ids_unique" in healthy.docs_index
+    assert "watermark_monotonic" in healthy.docs_index
+    pages = [f for f in healthy.files if f.startswith("data_docs/validations/")]
+    assert sum(f.endswith(".html") for f in pages) == 6  # one validation page per check
+    assert report.plot_path == report_dir / "watermarks.png"
+    assert report.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # GX's context is ephemeral: nothing of it is left outside data_docs/
+    assert {f.split("/")[0] for f in healthy.files} == {
+        "data_docs",
+        "summary.json",
+        "watermarks.png",
+    }
+
+
+# ------------------------------------------------------------------------- failing cases
+
+
+@pytest.fixture(scope="module")
+def defective(spark, rowtime, healthy, report_dir, tmp_path_factory) -> Run:
+    """A copy of the healthy tables with injected defects the join itself cannot produce,
+    reported ten minutes later into the healthy report's directory (a second run there).
+
+    * output: batch 1's rows appended a second time with the same batch id, as a replay that
+      skipped the idempotence check would write them (id 3 twice);
+    * output: a processing-time row (id 100) joined at the build version before the
+      snapshot-complete one;
+    * pending: a batch 2 commit that records one arrival it neither released nor kept
+      (a lost row), and a combined watermark of 50, below batch 1's 199.
+
+    At the report time T0 + 12 min, id 5 (arrived T0 + 1 min) has waited 11 minutes.
+    """
+    root = tmp_path_factory.mktemp("quality-defective")
+    opts = _copy_tables(Path(rowtime.output_uri).parent, root)
+    out = delta.read(spark, opts.output_uri)
+    delta.append(out.filter("_batch_id = 1"), opts.output_uri, metadata={"lakehouse.batchId": 1})
+    completed = int(delta.get_properties(opts.build_uri)["lakehouse.snapshot.completedVersion"])
+    early = (
+        out.filter("id = 1")
+        .withColumn("id", F.lit(100).cast("bigint"))
+        .withColumn("_join_mode", F.lit("proctime"))
+        .withColumn("_build_version", F.lit(completed - 1).cast("bigint"))
+    )
+    delta.append(early, opts.output_uri, metadata={"lakehouse.batchId": 1})
+    plan = json.loads(delta.history(opts.pending_uri, limit=1)[0].metadata["lakehouse.plan"])
+    plan.update(batchId=2, previous=plan["combined"], combined=Watermark(50).to_dict())
+    delta.overwrite(
+        delta.read(spark, opts.pending_uri),
+        opts.pending_uri,
+        metadata={
+            "lakehouse.batchId": 2,
+            "lakehouse.pipeline": opts.pipeline_id,
+            "lakehouse.plan": json.dumps(plan),
+            "lakehouse.pendingRows": 1,
+            "lakehouse.arrived": 1,
+            "lakehouse.released": 0,
+            "lakehouse.deadLettered": 0,
+        },
+    )
+    return _run(spark, opts, report_dir, now_ms=T0 + 12 * MINUTE)
+
+
+def test_replayed_batch_written_twice_fails_uniqueness(defective):
+    unique = defective.report.check("probe_ids_unique")
+    assert unique.status == "failed"
+    # output: 1, 2, 3, 3 (again), 100; pending: 5
+    assert unique.observed == {"rows": 6, "duplicated_rows": 2, "null_ids": 0}
+    assert sorted((r["probe_id"], r["_table"], r["_batch_id"]) for r in unique.failing_rows) == [
+        (3, "output", 1),
+        (3, "output", 1),
+    ]
+    assert unique.message == (
+        "6 probe rows in output and pending, 2 row(s) share their probe id with another row"
+    )
+
+
+def test_lost_row_fails_accounting_with_the_numbers(defective):
+    accounted = defective.report.check("probe_rows_accounted")
+    assert accounted.status == "failed"
+    assert accounted.message == (
+        "arrived 6 over 3 batch(es) = 6 vs released 4 + dead-lettered 1 - 1 malformed + "
+        "pending 1 = 5: 1 probe row(s) lost"
+    )
+    assert (accounted.observed["arrived_total"], accounted.observed["accounted_total"]) == (6, 5)
+
+
+def test_row_joined_before_the_snapshot_fails_proctime_check(defective, rowtime):
+    proc = defective.report.check("proctime_build_version")
+    completed = int(delta.get_properties(rowtime.build_uri)["lakehouse.snapshot.completedVersion"])
+    assert proc.status == "failed"
+    assert (proc.observed["proctime_rows"], proc.observed["joined_before_snapshot"]) == (1, 1)
+    assert [(r["id"], r["k"], r["ts"], r["_build_version"]) for r in proc.failing_rows] == [
+        (100, "a", 5, completed - 1)
+    ]
+
+
+def test_old_pending_row_fails_age_check(defective):
+    age = defective.report.check("pending_age")
+    assert age.status == "failed"
+    assert (age.observed["too_old"], age.observed["oldest_age_ms"]) == (1, 11 * MINUTE)
+    assert [(r["id"], r["k"], r["ts"]) for r in age.failing_rows] == [(5, "b", 200)]
+    assert age.message.startswith("1 of 1 pending rows arrived more than 600000 ms before")
+
+
+def test_decreasing_watermark_fails_monotonic_check(defective):
+    mono = defective.report.check("watermark_monotonic")
+    assert mono.status == "failed"
+    assert mono.observed["decreases"] == 1
+    assert [(r["batch_id"], r["combined"], r["previous_combined"]) for r in mono.failing_rows] == [
+        (2, str(Watermark(50)), str(Watermark(199)))
+    ]
+
+
+def test_second_run_into_the_same_dir_replaces_the_first(defective, report_dir):
+    # each defect fails its own check only; output_matched still passes
+    assert defective.summary["failed_checks"] == [
+        "probe_ids_unique",
+        "probe_rows_accounted",
+        "proctime_build_version",
+        "pending_age",
+        "watermark_monotonic",
+    ]
+    assert not defective.report.success
+    # the Data Docs show this run only: one validation page per check, none of the first run
+    pages = [f for f in defective.files if f.startswith("data_docs/validations/")]
+    assert sum(f.endswith(".html") for f in pages) == 6
+    assert defective.report.plot_path.is_file()
+
+
+# ------------------------------------------------------------------ processing-time mode
+
+
+@pytest.fixture(scope="module")
+def proctime(spark, tmp_path_factory) -> JoinOptions:
+    """A processing-time left join of ids 1, 2 (key a), 3 (b) and 4 (z) after the build
+    table's snapshot is complete: all four are released at the latest build version; id 4
+    matches nothing and the left join writes it unmatched."""
+    root = tmp_path_factory.mktemp("quality-proctime")
+    opts = _options(root, mode="proctime", watermark="none", probe_time=None, join_type="left")
+    write_build_table(
+        spark, opts.build_uri, [Version("a", 1, "1", "r", 10), Version("b", 2, "2", "r", 20)]
+    )
+    TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
+        _probe(spark, [(1, "a", 5), (2, "a", 6), (3, "b", 7), (4, "z", 8)]), 0
+    )
+    return opts
+
+
+def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_path):
+    report = _report(spark, proctime, tmp_path, probe_time=None)
+    proc = report.check("proctime_build_version")
+    completed = int(delta.get_properties(proctime.build_uri)["lakehouse.snapshot.completedVersion"])
+    assert proc.status == "passed"
+    assert (proc.observed["proctime_rows"], proc.observed["completed_version"]) == (4, completed)
+    assert proc.message == (
+        f"4 processing-time output rows, all joined at build version >= {completed} "
+        "(snapshot complete)"
+    )
+    # the left join's unmatched row is listed with its probe id and key (no probe time here)
+    matched = report.check("output_matched")
+    assert matched.status == "failed"
+    assert matched.observed == {"rows": 4, "unmatched": 1}
+    assert [(r["id"], r["k"], r["_matched"]) for r in matched.failing_rows] == [(4, "z", False)]
+    assert {n for n, s in _statuses(report).items() if s == "failed"} == {"output_matched"}
+
+
+def test_processing_time_rows_without_a_marker_fail(spark, proctime, tmp_path):
+    # runs after the passing case: the marker is taken back, so no processing-time row may
+    # exist at all
+    delta.set_properties(proctime.build_uri, {"lakehouse.snapshot.complete": "false"})
+    report = _report(spark, proctime, tmp_path, probe_time=None, max_pending_age_ms=None)
+    proc = report.check("proctime_build_version")
+    assert proc.status == "failed"
+    assert (proc.observed["joined_before_snapshot"], proc.observed["completed_version"]) == (
+        4,
+        None,
+    )
+    assert proc.message == (
+        "the build table has no snapshot-complete marker, and 4 processing-time output row(s) exist"
+    )
+    assert sorted(r["id"] for r in proc.failing_rows) == [1, 2, 3, 4]
+    # without max_pending_age_ms the age check is skipped, which does not fail the report
+    assert report.check("pending_age").status == "skipped"
