@@ -59,12 +59,13 @@ _QUIET_LOGGERS = ("great_expectations", "py4j")
 
 
 def default_suites_dir() -> Path:
-    """The directory of the suite files: ``$LAKEHOUSE_EXPECTATIONS_DIR``, else the
-    ``expectations/`` directory of the source tree lakehouse is imported from."""
+    """The directory of the suite files: ``$LAKEHOUSE_EXPECTATIONS_DIR``, else the suites
+    shipped with the package (``lakehouse/quality/suites``, which the repository's
+    ``expectations/`` links to, so an installed wheel has them too)."""
     configured = os.environ.get(SUITES_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "expectations"
+    return Path(__file__).resolve().parent / "suites"
 
 
 @contextlib.contextmanager
