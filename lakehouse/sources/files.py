@@ -65,11 +65,10 @@ from lakehouse.errors import ConfigError, SourceError
 from lakehouse.sources._batches import RawBatchBuilder
 from lakehouse.sources.schema import (
     RAW_SCHEMA,
-    RAW_SCHEMA_DDL,
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     TIMESTAMP_TYPE_NONE,
-    same_columns,
+    check_raw_schema,
 )
 
 if TYPE_CHECKING:
@@ -462,10 +461,5 @@ class FilesDataSource(DataSource):
         Raises:
             ConfigError: invalid options, or a user schema other than the raw schema.
         """
-        if not same_columns(schema):
-            raise ConfigError(
-                f"the {FILES_SOURCE_NAME} source has the fixed schema {RAW_SCHEMA_DDL!r}; "
-                f"remove .schema(...) from the reader (got {schema.simpleString()!r}).",
-                setting="schema",
-            )
+        check_raw_schema(FILES_SOURCE_NAME, schema)
         return FilesStreamReader(FilesSourceOptions.from_options(self.options))

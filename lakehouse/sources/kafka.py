@@ -70,7 +70,7 @@ from pyspark.sql.types import StructType
 
 from lakehouse.errors import ConfigError, SourceError
 from lakehouse.sources import _kafka_client
-from lakehouse.sources.schema import RAW_SCHEMA, RAW_SCHEMA_DDL, same_columns
+from lakehouse.sources.schema import RAW_SCHEMA, check_raw_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -589,10 +589,5 @@ class KafkaDataSource(DataSource):
         Raises:
             ConfigError: invalid options, or a user schema other than the raw schema.
         """
-        if not same_columns(schema):
-            raise ConfigError(
-                f"the {KAFKA_SOURCE_NAME} source has the fixed schema {RAW_SCHEMA_DDL!r}; "
-                f"remove .schema(...) from the reader (got {schema.simpleString()!r}).",
-                setting="schema",
-            )
+        check_raw_schema(KAFKA_SOURCE_NAME, schema)
         return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))

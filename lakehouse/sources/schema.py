@@ -95,3 +95,19 @@ def arrow_schema() -> pa.Schema:
             pa.field("timestampType", pa.int32()),
         ]
     )
+
+
+def check_raw_schema(source_name: str, schema: StructType) -> None:
+    """Refuse a user-given schema other than the raw schema (both sources have a fixed one).
+
+    Raises:
+        ConfigError: the schema differs; the message says to remove ``.schema(...)``.
+    """
+    from lakehouse.errors import ConfigError
+
+    if not same_columns(schema):
+        raise ConfigError(
+            f"the {source_name} source has the fixed schema {RAW_SCHEMA_DDL!r}; "
+            f"remove .schema(...) from the reader (got {schema.simpleString()!r}).",
+            setting="schema",
+        )
