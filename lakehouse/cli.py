@@ -403,19 +403,22 @@ def _project_tables(settings: Any) -> dict[str, str]:
 
 @app.command("snapshot-status")
 def snapshot_status(table: Annotated[str, typer.Argument(help="Build table location.")]) -> None:
-    """Show whether a build table's snapshot phase is complete, by which signal, and when."""
-    from lakehouse import delta
-    from lakehouse.build import layout as L
+    """Show a build table's snapshot state (loading, complete, re-snapshot), the signal that
+    set the marker and when, pending signals and what they wait for, and any alert
+    (ABORTED or SKIPPED snapshots)."""
+    from lakehouse.build import snapshot_status as read_status
 
-    props = delta.get_properties(table)
-    out = Table(title=f"snapshot of {table}", show_header=False, title_justify="left")
-    out.add_row("complete", props.get(L.PROP_SNAPSHOT_COMPLETE, "false"))
-    for label, key in (
-        ("signal", L.PROP_SNAPSHOT_SIGNAL),
-        ("completed at", L.PROP_SNAPSHOT_COMPLETED_AT),
-        ("completed version", L.PROP_SNAPSHOT_COMPLETED_VERSION),
-    ):
-        out.add_row(label, props.get(key, "-"))
+    status = read_status(table)
+    out = Table(
+        title=f"snapshot of {table} (version {status.version})",
+        show_header=False,
+        title_justify="left",
+    )
+    for label, value in status.rows():
+        if label == "ALERT":
+            out.add_row(f"[bold red]{label}[/]", f"[bold red]{value}[/]")
+        else:
+            out.add_row(label, value)
     console.print(out)
 
 
@@ -425,19 +428,13 @@ def snapshot_complete(
     reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
 ) -> None:
     """Operator override: mark a build table's snapshot complete (for sources that cannot
-    signal it). Recorded in the table's history with the reason."""
-    from lakehouse import delta
-    from lakehouse.build import set_marker
-    from lakehouse.build.marker import is_complete
+    signal it), or end a re-snapshot. Recorded in the table's history with the reason."""
+    from lakehouse.build import operator_complete
 
-    if not reason.strip():
-        raise ConfigError("--reason must say why the snapshot is complete", setting="reason")
-    if is_complete(delta.get_properties(table)):
+    version = operator_complete(table, reason=reason)
+    if version is None:
         console.print(f"{table}: snapshot already complete; nothing changed")
         return
-    version = set_marker(
-        table, signal="operator", data_version=delta.latest_version(table), reason=reason
-    )
     console.print(f"{table}: snapshot marked complete at version {version} (reason: {reason})")
 
 

@@ -106,13 +106,29 @@ class StreamConfig(_Model):
 
 
 class IngestTableConfig(_Model):
-    """One build table fed by the ingest (see :class:`lakehouse.build.BuildTarget`)."""
+    """One build table fed by the ingest (see :class:`lakehouse.build.BuildTarget`).
+
+    The snapshot settings (see :class:`lakehouse.build.SnapshotOptions`):
+    ``notification_topic`` (Debezium's ``notification.sink.topic.name``) and
+    ``heartbeat_topic`` (``__debezium-heartbeat.<topic.prefix>``) are read in the same stream
+    as the data topics; ``snapshot_signals`` lists the signals that may set the marker (a
+    topic signal without its topic is inactive); ``resnapshot_join`` says what joins read
+    during a re-snapshot; ``resnapshot_deletes`` ends, at the end of a re-snapshot, the keys
+    it did not re-read.
+    """
 
     table: str
     key: list[str] = Field(default_factory=list)
     source_table: str | None = None
     event_time: str | None = None
     out_of_orderness_ms: int = Field(default=0, ge=0)
+    notification_topic: str | None = None
+    heartbeat_topic: str | None = None
+    snapshot_signals: list[Literal["notification", "heartbeat", "last", "log_record"]] = Field(
+        default_factory=lambda: ["notification", "heartbeat", "last", "log_record"]
+    )
+    resnapshot_join: Literal["last-complete", "latest"] = "last-complete"
+    resnapshot_deletes: bool = True
 
 
 class IngestConfig(StreamConfig):
@@ -179,7 +195,7 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-_LIST_FIELDS = {"topics", "key", "probe_key", "build_key"}
+_LIST_FIELDS = {"topics", "key", "probe_key", "build_key", "snapshot_signals"}
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -35,9 +35,18 @@ def ingest_line(report: BatchReport) -> str:
     if report.unrouted:
         parts.append(f"[yellow]{report.unrouted} of no configured table[/]")
     for t in report.targets:
-        marker = "[green]snapshot complete[/]" if t.snapshot_complete else "snapshot loading"
+        marker = "[green]snapshot complete[/]" if t.snapshot_complete else (
+            f"snapshot {t.phase}")
         if t.marker_set_now:
-            marker = "[bold green]snapshot complete (marker set now)[/]"
+            marker = f"[bold green]snapshot complete (marker set now by {t.signal})[/]"
+        if t.resnapshot_started:
+            marker += ", [yellow]re-snapshot started: joins stay on the last complete version[/]"
+        if t.pending:
+            marker += f", signal(s) {', '.join(t.pending)} waiting for their offsets"
+        if t.synthetic_deletes:
+            marker += f", {t.synthetic_deletes} keys not re-read ended"
+        if t.alert:
+            marker += f", [bold red]ALERT: {t.alert}[/]"
         parts.append(
             f"{t.table_uri}: +{t.rows} versions (v{t.version}), {marker}, "
             f"watermark {_wm_ms(t.watermark_ms)}"

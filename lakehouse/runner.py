@@ -89,8 +89,15 @@ def start_ingest(
     *,
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> StreamingQuery:
-    """Start the CDC ingest described by ``settings.ingest``."""
-    from lakehouse.build import BuildSink, BuildTarget
+    """Start the CDC ingest described by ``settings.ingest``.
+
+    The tables' notification and heartbeat topics are read in the same stream as the data
+    topics (they must exist when the query starts). With a Kafka source the sink also gets a
+    probe of the data topics' high watermarks and the query's offsets log, so a snapshot
+    signal covers every record produced before it (see :mod:`lakehouse.build.signals`).
+    """
+    from lakehouse.build import BuildSink, BuildTarget, SnapshotOptions
+    from lakehouse.build.signals import checkpoint_offsets_reader, kafka_offsets_probe
 
     cfg: IngestConfig | None = settings.ingest
     if cfg is None:
@@ -102,16 +109,43 @@ def start_ingest(
             source_table=t.source_table,
             event_time_column=t.event_time,
             out_of_orderness_ms=t.out_of_orderness_ms,
+            snapshot=SnapshotOptions(
+                signals=frozenset(t.snapshot_signals),
+                notification_topic=t.notification_topic,
+                heartbeat_topic=t.heartbeat_topic,
+                resnapshot_join=t.resnapshot_join,
+                resnapshot_deletes=t.resnapshot_deletes,
+            ),
         )
         for t in cfg.tables
     ]
+    signal_topics = sorted({topic for t in targets for topic in t.snapshot.topics})
+    if signal_topics and cfg.source != "kafka":
+        raise ConfigError(
+            f"ingest.tables[].notification_topic/heartbeat_topic {signal_topics} need "
+            f"source 'kafka' (source {cfg.source!r} has one topic for all records); remove "
+            "them, or read the CDC stream from Kafka",
+            setting="ingest.tables.notification_topic",
+        )
+    data_topics = [t for t in cfg.topics if t not in signal_topics]
+    stream_cfg = cfg.model_copy(update={"topics": [*data_topics, *signal_topics]})
+    probe = None
+    if cfg.source == "kafka" and settings.kafka.bootstrap_servers and data_topics:
+        options = {f"kafka.{k}": v for k, v in settings.kafka.options.items()}
+        if settings.kafka.config_file:
+            options["kafka.config.file"] = settings.kafka.config_file
+        probe = kafka_offsets_probe(settings.kafka.bootstrap_servers, data_topics, options=options)
     sink = BuildSink(
         targets,
         dead_letter_uri=cfg.dead_letter_table,
         pipeline_id=cfg.pipeline_id,
         on_batch=on_batch,
+        offsets_probe=probe,
+        planned_offsets=checkpoint_offsets_reader(cfg.checkpoint)
+        if cfg.source == "kafka"
+        else None,
     )
-    return _start(open_stream(spark, cfg, settings.kafka), cfg, sink, cfg.pipeline_id)
+    return _start(open_stream(spark, stream_cfg, settings.kafka), cfg, sink, cfg.pipeline_id)
 
 
 def join_options(cfg: JoinConfig) -> Any:

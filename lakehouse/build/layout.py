@@ -37,6 +37,26 @@ PROP_SNAPSHOT_COMPLETE: Final = "lakehouse.snapshot.complete"
 PROP_SNAPSHOT_COMPLETED_AT: Final = "lakehouse.snapshot.completedAt"
 PROP_SNAPSHOT_COMPLETED_VERSION: Final = "lakehouse.snapshot.completedVersion"
 PROP_SNAPSHOT_SIGNAL: Final = "lakehouse.snapshot.signal"
+#: The data version of the table's first completion (never changes afterwards).
+PROP_SNAPSHOT_FIRST_COMPLETED_VERSION: Final = "lakehouse.snapshot.firstCompletedVersion"
+#: ``loading`` | ``complete`` | ``resnapshot`` (absent on older tables: derive from ``complete``).
+PROP_SNAPSHOT_STATE: Final = "lakehouse.snapshot.state"
+#: Free text saying what exactly set the marker (notification type and collection, ...).
+PROP_SNAPSHOT_SIGNAL_DETAIL: Final = "lakehouse.snapshot.signalDetail"
+#: JSON ``{topic: {partition: next_offset}}``: the data offsets the marker's signal covered.
+PROP_SNAPSHOT_COVERED_OFFSETS: Final = "lakehouse.snapshot.coveredOffsets"
+#: The operator's reason (``lakehouse snapshot-complete --reason``).
+PROP_SNAPSHOT_REASON: Final = "lakehouse.snapshot.reason"
+#: During a re-snapshot: the version that started it, and the last complete version before.
+PROP_SNAPSHOT_RESNAPSHOT_FROM: Final = "lakehouse.snapshot.resnapshotFromVersion"
+PROP_SNAPSHOT_LAST_COMPLETE: Final = "lakehouse.snapshot.lastCompleteVersion"
+PROP_SNAPSHOT_RESNAPSHOT_AT: Final = "lakehouse.snapshot.resnapshotStartedAt"
+#: How joins read the table during a re-snapshot: ``last-complete`` (default) or ``latest``.
+PROP_SNAPSHOT_RESNAPSHOT_JOIN: Final = "lakehouse.snapshot.resnapshotJoin"
+#: JSON of the last Debezium "Initial Snapshot" notification that concerned the table.
+PROP_SNAPSHOT_LAST_NOTIFICATION: Final = "lakehouse.snapshot.lastNotification"
+#: Non-empty while a snapshot problem is open (ABORTED, SKIPPED, a failed table scan).
+PROP_SNAPSHOT_ALERT: Final = "lakehouse.snapshot.alert"
 PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
 PROP_EVENT_TIME: Final = "lakehouse.eventTime"
 PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
@@ -50,6 +70,13 @@ META_END_OFFSETS: Final = "lakehouse.endOffsets"
 META_ROWS: Final = "lakehouse.rows"
 META_SNAPSHOT_ENDED: Final = "lakehouse.snapshotEnded"
 META_PIPELINE: Final = "lakehouse.pipeline"
+#: JSON of the snapshot-signal bookkeeping after the batch (see :mod:`.signals`).
+META_SNAPSHOT_STATE: Final = "lakehouse.snapshotState"
+#: Rows the batch added as synthetic deletes at the end of a re-snapshot.
+META_SYNTHETIC_DELETES: Final = "lakehouse.syntheticDeletes"
+
+#: ``_kafka_topic`` of the synthetic deletes that end a re-snapshot (no source record).
+SYNTHETIC_DELETE_TOPIC: Final = "__lakehouse.resnapshot__"
 
 #: Snapshot phases (``source.snapshot``) that belong to the initial snapshot.
 SNAPSHOT_PHASES: Final = frozenset(

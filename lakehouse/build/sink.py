@@ -10,28 +10,34 @@
 4. appends rejected records to the dead-letter table, then each target's versions, each
    with the idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch
    id, build watermark, max event time, end offsets, row count);
-5. sets the snapshot-complete marker of a target whose snapshot ended in this batch, as a
-   separate commit **after** the data commit.
+5. sets the snapshot-complete marker of a target whose snapshot ended (its signal is now
+   covered), as a separate commit **after** the data commit; clears it, as a commit
+   **before** the data commit, when a re-snapshot starts.
 
 Exactly once: Spark guarantees the same data for the same ``batch_id``; every write skips
 when its table already records the transaction, so a replay is a no-op. The marker commit
-comes after the data commit; a crash between the two is healed when the sink starts, from
-the ``lakehouse.snapshotEnded`` key the data commit carries.
+comes after the data commit; a crash between the two is healed when the sink starts (or
+when a replayed batch finds its data already committed), from the ``lakehouse.snapshotEnded``
+key the data commit carries. The signal bookkeeping of each batch (pending signals, consumed
+offsets) is in its data commit, so a replay decides as the first attempt did.
 
-When is the snapshot over (for one target)? When a committed record of that table has
-``source.snapshot`` ``last`` or ``last_in_data_collection``, or is a log-phase record
-(``source.snapshot = false``, i.e. the connector streams changes, so its snapshot of this
-table is done). Batches end at the source's high watermark at planning time, so every
-snapshot record produced before the signal record is in the same or an earlier batch, and
-therefore committed before the marker. Incremental-snapshot records (``incremental``) are
-ordinary versions and never signal anything.
+When is the snapshot over (for one target)? :mod:`lakehouse.build.signals` decides, from
+the strongest signal configured (Debezium notifications, heartbeats, the table's ``last`` /
+``last_in_data_collection`` record, its first log-phase record); a signal covers the data
+offsets at the moment it was seen and sets the marker only once the committed offsets reach
+them. Records of the signal topics (``notification_topic``, ``heartbeat_topic``) are read in
+the same stream, never decoded as change events, and never written to a build table; an
+unreadable one is dead-lettered (``invalid_signal``). A re-snapshot clears the marker before
+its first rows are committed (see :mod:`lakehouse.build.marker`). Incremental-snapshot
+records (``incremental``) are ordinary versions and never signal anything.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +47,30 @@ from lakehouse.build.decode import decode_raw
 from lakehouse.build.marker import (
     heal_marker,
     is_complete,
+    iso_to_ms,
     last_max_event_time,
+    last_signal_state,
     last_watermark,
+    notification_properties,
+    phase_of,
+    record_notification,
     set_marker,
+    start_resnapshot,
+)
+from lakehouse.build.signals import (
+    BatchEvidence,
+    Decision,
+    Heartbeat,
+    Notification,
+    Offsets,
+    OffsetsProbe,
+    RowGroup,
+    SignalState,
+    SnapshotOptions,
+    decide,
+    merge_offsets,
+    parse_heartbeat,
+    parse_notification,
 )
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.errors import ConfigError
@@ -52,7 +79,9 @@ from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
+
+log = logging.getLogger("lakehouse.build")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +97,8 @@ class BuildTarget:
         event_time_column: a row column (timestamp, or epoch ms as a number) whose value is
             the version's start; None uses ``source.ts_ms``.
         out_of_orderness_ms: the build watermark trails the max committed event time by this.
+        snapshot: which signals end the table's snapshot phase, and re-snapshot handling
+            (:class:`~lakehouse.build.signals.SnapshotOptions`).
     """
 
     table_uri: str
@@ -75,6 +106,7 @@ class BuildTarget:
     source_table: str | None = None
     event_time_column: str | None = None
     out_of_orderness_ms: int = 0
+    snapshot: SnapshotOptions = field(default_factory=SnapshotOptions)
 
     def __post_init__(self) -> None:
         if self.out_of_orderness_ms < 0:
@@ -86,7 +118,17 @@ class BuildTarget:
 
 @dataclass(frozen=True, slots=True)
 class TargetReport:
-    """What one micro-batch did to one build table."""
+    """What one micro-batch did to one build table.
+
+    Attributes:
+        phase: the snapshot phase after the batch (``loading``, ``complete``,
+            ``resnapshot``).
+        signal: the signal that set the marker in this batch, if any.
+        pending: signals seen but waiting for their covered offsets.
+        alert: the open snapshot alert (ABORTED, SKIPPED, failed table scan), if any.
+        resnapshot_started: this batch started a re-snapshot (the marker was cleared).
+        synthetic_deletes: deletes added for keys a completed re-snapshot did not re-read.
+    """
 
     table_uri: str
     version: int | None
@@ -97,11 +139,21 @@ class TargetReport:
     snapshot_complete: bool
     marker_set_now: bool
     skipped: bool
+    phase: str = "loading"
+    signal: str | None = None
+    pending: tuple[str, ...] = ()
+    alert: str | None = None
+    resnapshot_started: bool = False
+    synthetic_deletes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BatchReport:
-    """What one micro-batch did, for progress output and tests."""
+    """What one micro-batch did, for progress output and tests.
+
+    ``records`` counts the data topics' records; ``signal_records`` those of the
+    notification and heartbeat topics.
+    """
 
     batch_id: int
     records: int
@@ -116,6 +168,18 @@ class BatchReport:
     seconds: float
     skipped: bool = False
     errors_by_kind: Mapping[str, int] = field(default_factory=dict)
+    signal_records: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Signals:
+    """The batch's records of the signal topics, parsed on the driver."""
+
+    notifications: tuple[Notification, ...] = ()
+    heartbeats: tuple[Heartbeat, ...] = ()
+    invalid: tuple[tuple[str, int, int, str], ...] = ()  # (topic, partition, offset, reason)
+    count: int = 0
+    end_offsets: Offsets = field(default_factory=dict)
 
 
 class BuildSink:
@@ -133,6 +197,15 @@ class BuildSink:
             restarts of the same pipeline, and unique among pipelines writing a table.
         on_batch: called with each batch's report (progress output).
         max_record_bytes: larger records are dead-lettered (``too_large``).
+        offsets_probe: reads the data topics' current high watermarks (Kafka); a signal
+            then covers everything produced before it even when the batch that carried it
+            did not read that far (rate limits, partitions seen later). None: a signal
+            covers what the stream has consumed, which is exact only for a source that
+            plans every batch to the end of its input.
+        planned_offsets: the offsets the stream planned batch ``batch_id`` to (from the
+            query's offsets log), or None when unknown; consumed positions then count
+            partitions whose tail holds no record (transaction markers). None: consumed
+            positions come from the records alone.
     """
 
     def __init__(
@@ -143,6 +216,8 @@ class BuildSink:
         pipeline_id: str,
         on_batch: Callable[[BatchReport], None] | None = None,
         max_record_bytes: int = 16 * 1024 * 1024,
+        offsets_probe: OffsetsProbe | None = None,
+        planned_offsets: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
     ) -> None:
         if not targets:
             raise ConfigError("a build sink needs at least one target table", setting="targets")
@@ -164,6 +239,9 @@ class BuildSink:
         self.pipeline_id = pipeline_id
         self.on_batch = on_batch
         self.max_record_bytes = max_record_bytes
+        self.offsets_probe = offsets_probe
+        self.planned_offsets = planned_offsets
+        self.signal_topics = tuple(sorted({t for x in targets for t in x.snapshot.topics}))
         self._markers_checked = False
 
     # ---------------------------------------------------------------------------- entry point
@@ -174,11 +252,12 @@ class BuildSink:
             self.on_batch(report)
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
-        """Process one micro-batch (see the class docstring); returns what it did."""
+        """Process one micro-batch (see the module docstring); returns what it did."""
         started = time.monotonic()
         if not self._markers_checked:
             for target in self.targets:
                 heal_marker(target.table_uri)
+                self._sync_resnapshot_join(target)
             self._markers_checked = True
         if all(self._already_committed(t, batch_id) for t in self.targets):
             return BatchReport(
@@ -196,9 +275,16 @@ class BuildSink:
                 skipped=True,
             )
 
-        decoded = decode_raw(df, max_record_bytes=self.max_record_bytes).persist()
+        from pyspark.sql import functions as F
+
+        data, signal_df = df, None
+        if self.signal_topics:
+            is_signal = F.col("topic").isin(*self.signal_topics)
+            data, signal_df = df.filter(~is_signal), df.filter(is_signal)
+        signals = self._read_signals(signal_df)
+        decoded = decode_raw(data, max_record_bytes=self.max_record_bytes).persist()
         try:
-            return self._process_decoded(decoded, batch_id, started)
+            return self._process_decoded(decoded, signal_df, signals, batch_id, started)
         finally:
             decoded.unpersist()
 
@@ -209,6 +295,19 @@ class BuildSink:
             return False
         recorded = delta.transaction_version(target.table_uri, self.pipeline_id)
         return recorded is not None and recorded >= batch_id
+
+    def _sync_resnapshot_join(self, target: BuildTarget) -> None:
+        """Apply the configured ``resnapshot_join`` to an existing table (joins read it)."""
+        uri = target.table_uri
+        wanted = target.snapshot.resnapshot_join
+        if delta.table_exists(uri) and (
+            delta.get_properties(uri).get(L.PROP_SNAPSHOT_RESNAPSHOT_JOIN) != wanted
+        ):
+            delta.set_properties(
+                uri,
+                {L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: wanted},
+                metadata={"lakehouse.reason": "resnapshot_join from the ingest configuration"},
+            )
 
     def _skipped_report(self, target: BuildTarget) -> TargetReport:
         props = delta.get_properties(target.table_uri)
@@ -222,9 +321,59 @@ class BuildSink:
             is_complete(props),
             False,
             True,
+            phase=phase_of(props),
+            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
         )
 
-    def _process_decoded(self, decoded: DataFrame, batch_id: int, started: float) -> BatchReport:
+    def _read_signals(self, signal_df: DataFrame | None) -> _Signals:
+        """Collect and parse the batch's notification and heartbeat records (few and small).
+
+        Runs on the driver; a replay reads the same records and parses them the same way.
+        """
+        if signal_df is None:
+            return _Signals()
+        from pyspark.sql import functions as F
+
+        rows = signal_df.select(
+            "value", "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts")
+        ).collect()
+        notification_topics = {t.snapshot.notification_topic for t in self.targets}
+        notifications: list[Notification] = []
+        heartbeats: list[Heartbeat] = []
+        invalid: list[tuple[str, int, int, str]] = []
+        ends: Offsets = {}
+        for r in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
+            where = {
+                "topic": r["topic"],
+                "partition": int(r["partition"]),
+                "offset": int(r["offset"]),
+                "kafka_ts_ms": None if r["ts"] is None else int(r["ts"]),
+            }
+            parts = ends.setdefault(r["topic"], {})
+            parts[str(r["partition"])] = max(parts.get(str(r["partition"]), 0), r["offset"] + 1)
+            value = None if r["value"] is None else bytes(r["value"])
+            try:
+                if r["topic"] in notification_topics:
+                    n = parse_notification(value, **where)
+                    if n is not None:
+                        notifications.append(n)
+                else:
+                    h = parse_heartbeat(value, **where)
+                    if h is not None:
+                        heartbeats.append(h)
+            except ValueError as e:
+                kind = "notification" if r["topic"] in notification_topics else "heartbeat"
+                invalid.append((r["topic"], int(r["partition"]), int(r["offset"]), f"{kind}: {e}"))
+        return _Signals(tuple(notifications), tuple(heartbeats), tuple(invalid), len(rows), ends)
+
+    def _process_decoded(
+        self,
+        decoded: DataFrame,
+        signal_df: DataFrame | None,
+        signals: _Signals,
+        batch_id: int,
+        started: float,
+    ) -> BatchReport:
         from pyspark.sql import functions as F
 
         summary = (
@@ -242,9 +391,20 @@ class BuildSink:
         offsets_rows = (
             decoded.groupBy("topic", "partition").agg(F.max("offset").alias("o")).collect()
         )
-        end_offsets: dict[str, dict[str, int]] = {}
+        data_ends: Offsets = {}
         for r in offsets_rows:
-            end_offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["o"]) + 1
+            data_ends.setdefault(r["topic"], {})[str(r["partition"])] = int(r["o"]) + 1
+        end_offsets = merge_offsets(data_ends, signals.end_offsets)
+        groups = (
+            decoded.filter(F.col("_kind") == "change")
+            .groupBy("_source_table", "_snapshot_phase", "topic", "partition")
+            .agg(
+                F.count(F.lit(1)).alias("n"),
+                F.max("offset").alias("o"),
+                F.unix_millis(F.max("timestamp")).alias("ts"),
+            )
+            .collect()
+        )
 
         kinds: dict[str, int] = {}
         errors_by_kind: dict[str, int] = {}
@@ -252,11 +412,15 @@ class BuildSink:
             kinds[r["_kind"]] = kinds.get(r["_kind"], 0) + r["n"]
             if r["_kind"] == "error":
                 errors_by_kind[r["_error_kind"]] = errors_by_kind.get(r["_error_kind"], 0) + r["n"]
+        if signals.invalid:
+            errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
 
         rejected: list[DataFrame] = [
             self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)
         ]
+        if signals.invalid and signal_df is not None:
+            rejected.append(self._invalid_signals(signal_df, signals, batch_id))
         plans: list[_TargetPlan] = []
         routed = 0
         for target in self.targets:
@@ -280,7 +444,58 @@ class BuildSink:
         dead_count = dead_result.rows if dead_result is not None else 0
         failpoint("ingest.after_dead_letters", batch_id)
 
-        reports = tuple(self._commit_target(plan, batch_id, end_offsets) for plan in plans)
+        # Data offsets consumed once this batch is committed (signal topics left out).
+        priors = {t.table_uri: last_signal_state(t.table_uri) for t in self.targets}
+        planned = self.planned_offsets(batch_id) if self.planned_offsets is not None else None
+        planned = {t: p for t, p in (planned or {}).items() if t not in self.signal_topics}
+        positions = merge_offsets(*(s.positions for _, s in priors.values()), data_ends, planned)
+        probe = _once(self.offsets_probe)
+
+        reports = []
+        for plan in plans:
+            target = plan.target
+            evidence = BatchEvidence(
+                rows=tuple(
+                    RowGroup(
+                        r["topic"],
+                        int(r["partition"]),
+                        r["_snapshot_phase"] or "false",
+                        int(r["n"]),
+                        int(r["o"]),
+                        None if r["ts"] is None else int(r["ts"]),
+                    )
+                    for r in groups
+                    if target.source_table is None or r["_source_table"] == target.source_table
+                ),
+                notifications=tuple(
+                    n
+                    for n in signals.notifications
+                    if n.topic == target.snapshot.notification_topic
+                ),
+                heartbeats=tuple(
+                    h for h in signals.heartbeats if h.topic == target.snapshot.heartbeat_topic
+                ),
+            )
+            uri = target.table_uri
+            props = delta.get_properties(uri) if delta.table_exists(uri) else {}
+            blob_version, blob = priors[uri]
+            if blob_version is not None and self._already_committed(target, batch_id):
+                blob = SignalState()  # this batch's own bookkeeping: the write is skipped
+            decision = decide(
+                phase=phase_of(props),
+                prior=blob,
+                batch=evidence,
+                options=target.snapshot,
+                source_table=target.source_table,
+                batch_id=batch_id,
+                positions=positions,
+                probe=probe,
+                marker_signal=props.get(L.PROP_SNAPSHOT_SIGNAL),
+                completed_at_ms=iso_to_ms(props.get(L.PROP_SNAPSHOT_COMPLETED_AT)),
+            )
+            for why in decision.ignored:
+                log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
+            reports.append(self._commit_target(plan, decision, batch_id, end_offsets))
         return BatchReport(
             batch_id=batch_id,
             records=sum(kinds.values()),
@@ -291,9 +506,10 @@ class BuildSink:
             dead_lettered=dead_count,
             unrouted=kinds.get("change", 0) - routed,
             end_offsets=end_offsets,
-            targets=reports,
+            targets=tuple(reports),
             seconds=time.monotonic() - started,
             errors_by_kind=errors_by_kind,
+            signal_records=signals.count,
         )
 
     def _dead_letters(self, rows: DataFrame, batch_id: int) -> DataFrame:
@@ -313,33 +529,69 @@ class BuildSink:
             batch_id=batch_id,
         )
 
+    def _invalid_signals(self, signal_df: DataFrame, signals: _Signals, batch_id: int) -> DataFrame:
+        """The unreadable notification/heartbeat records, as dead letters."""
+        from pyspark.sql import functions as F
+
+        reasons = signal_df.sparkSession.createDataFrame(
+            list(signals.invalid), "topic string, partition int, offset bigint, _error string"
+        )
+        bad = signal_df.join(reasons, ["topic", "partition", "offset"]).withColumn(
+            "_error_kind", F.lit("invalid_signal")
+        )
+        return self._dead_letters(bad, batch_id)
+
     def _commit_target(
-        self, plan: _TargetPlan, batch_id: int, end_offsets: Mapping[str, Mapping[str, int]]
+        self,
+        plan: _TargetPlan,
+        decision: Decision,
+        batch_id: int,
+        end_offsets: Mapping[str, Mapping[str, int]],
     ) -> TargetReport:
         from pyspark.sql import functions as F
 
         target = plan.target
         uri = target.table_uri
-        if plan.rows is None:  # nothing routed here ever: do not create an empty table
-            if not delta.table_exists(uri):
-                return TargetReport(
-                    uri, None, 0, plan.rejected_count, None, WATERMARK_MIN, False, False, False
-                )
-            rows = None
-        else:
-            rows = plan.rows.persist()
+        exists = delta.table_exists(uri)
+        needs_table = (
+            decision.fire is not None or bool(decision.state.pending) or decision.alert_changed
+        )
+        if plan.rows is None and not exists and not needs_table:
+            # nothing routed here ever, and no signal or alert for it: no empty table
+            return TargetReport(
+                uri, None, 0, plan.rejected_count, None, WATERMARK_MIN, False, False, False
+            )
+        rows = plan.rows.persist() if plan.rows is not None else None
+        synthetic_count = 0
         try:
-            if rows is not None and not delta.table_exists(uri):
+            if not exists:
                 delta.create_table(
                     uri,
-                    rows.schema,
+                    rows.schema if rows is not None else _lineage_schema(),
                     properties={
                         L.PROP_PRIMARY_KEY: ",".join(plan.key_columns),
                         L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
                         L.PROP_SOURCE_TABLE: target.source_table or "*",
                         L.PROP_SNAPSHOT_COMPLETE: "false",
+                        L.PROP_SNAPSHOT_STATE: "loading",
+                        L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
                         L.PROP_TABLE_KIND: "build",
                     },
+                )
+            props = delta.get_properties(uri)
+            replay = self._already_committed(target, batch_id)
+            if plan.key_columns and not props.get(L.PROP_PRIMARY_KEY) and not replay:
+                # a table created by a signal before its first row learns its key now
+                delta.set_properties(uri, {L.PROP_PRIMARY_KEY: ",".join(plan.key_columns)})
+            phase_before = phase_of(props)
+            if decision.start_resnapshot and not replay:
+                start_resnapshot(uri, batch_id=batch_id, join=target.snapshot.resnapshot_join)
+                props = delta.get_properties(uri)
+                log.warning(
+                    "build table %s: snapshot rows arrived after the marker; re-snapshot "
+                    "started, joins read version %s until it completes",
+                    uri,
+                    props.get(L.PROP_SNAPSHOT_LAST_COMPLETE),
                 )
             previous_max = last_max_event_time(uri)
             batch_max = None
@@ -355,6 +607,17 @@ class BuildSink:
                 if max_ts is None
                 else max(WATERMARK_MIN, max_ts - target.out_of_orderness_ms - 1)
             )
+            to_write = rows if rows is not None else _empty_like(uri)
+            ends_resnapshot = decision.fire is not None and (
+                phase_before == "resnapshot" or decision.start_resnapshot
+            )
+            if ends_resnapshot and target.snapshot.resnapshot_deletes and not replay:
+                deletes = _synthetic_deletes(uri, plan.key_columns, props, rows)
+                if deletes is not None:
+                    deletes = deletes.persist()
+                    synthetic_count = deletes.count()
+                    if synthetic_count:
+                        to_write = to_write.unionByName(deletes, allowMissingColumns=True)
             metadata = {
                 L.META_BATCH_ID: batch_id,
                 L.META_PIPELINE: self.pipeline_id,
@@ -362,10 +625,12 @@ class BuildSink:
                 L.META_MAX_EVENT_TIME: max_ts if max_ts is not None else "",
                 L.META_END_OFFSETS: {t: dict(p) for t, p in end_offsets.items()},
                 L.META_ROWS: n_rows,
+                L.META_SNAPSHOT_STATE: decision.state.to_json(),
             }
-            if plan.snapshot_signal is not None:
-                metadata[L.META_SNAPSHOT_ENDED] = plan.snapshot_signal
-            to_write = rows if rows is not None else _empty_like(uri)
+            if decision.fire is not None:
+                metadata[L.META_SNAPSHOT_ENDED] = decision.fire.signal
+            if synthetic_count:
+                metadata[L.META_SYNTHETIC_DELETES] = synthetic_count
             result = delta.append(
                 to_write,
                 uri,
@@ -378,13 +643,36 @@ class BuildSink:
             if rows is not None:
                 rows.unpersist()
         failpoint("ingest.after_data", batch_id)
-        props = delta.get_properties(uri)
         marker_now = False
-        if plan.snapshot_signal is not None and not is_complete(props) and not result.skipped:
+        state = decision.state
+        if result.skipped:
+            heal_marker(uri)  # a replay: finish what the first attempt may have left undone
+        elif decision.fire is not None and not is_complete(delta.get_properties(uri)):
+            fired = decision.fire
             set_marker(
-                uri, signal=plan.snapshot_signal, data_version=result.version, batch_id=batch_id
+                uri,
+                signal=fired.signal,
+                data_version=result.version,
+                batch_id=batch_id,
+                covered_offsets=fired.covered,
+                detail=fired.detail,
+                extra=notification_properties(decision.notification, None)
+                if decision.notification is not None
+                else None,
             )
             marker_now = True
+            log.info(
+                "build table %s: snapshot complete (signal %s: %s), data version %d",
+                uri,
+                fired.signal,
+                fired.detail,
+                result.version,
+            )
+        elif decision.notification is not None or decision.alert_changed:
+            record_notification(uri, decision.notification, state.alert, batch_id=batch_id)
+        if state.alert is not None and decision.alert_changed:
+            log.warning("build table %s: snapshot alert: %s", uri, state.alert)
+        props = delta.get_properties(uri)
         return TargetReport(
             table_uri=uri,
             version=result.version,
@@ -395,7 +683,126 @@ class BuildSink:
             snapshot_complete=marker_now or is_complete(props),
             marker_set_now=marker_now,
             skipped=result.skipped,
+            phase=phase_of(props),
+            signal=decision.fire.signal if marker_now and decision.fire else None,
+            pending=tuple(f"{p.signal}: {p.detail}" for p in state.pending),
+            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
+            resnapshot_started=decision.start_resnapshot and not result.skipped,
+            synthetic_deletes=synthetic_count,
         )
+
+
+def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
+    """The probe, asked at most once per batch (every target sees the same answer)."""
+    if probe is None:
+        return None
+    answer: list[Mapping[str, Mapping[str, int]]] = []
+
+    def cached() -> Mapping[str, Mapping[str, int]]:
+        if not answer:
+            answer.append(probe())
+        return answer[0]
+
+    return cached
+
+
+def _lineage_schema() -> StructType:
+    """The schema of a build table created by a signal before any row (an empty source
+    table): the lineage columns only; the row image's columns are added by the first rows."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(
+        f"{L.OP} string, {L.EVENT_TIME} timestamp, {L.SEQ} string, {L.SNAPSHOT} boolean, "
+        f"{L.INGESTED_AT} timestamp, {L.KAFKA_TOPIC} string, {L.KAFKA_PARTITION} int, "
+        f"{L.KAFKA_OFFSET} bigint"
+    )
+
+
+def _synthetic_deletes(
+    uri: str,
+    key_columns: Sequence[str],
+    props: Mapping[str, str],
+    batch_rows: DataFrame | None,
+) -> DataFrame | None:
+    """Deletes for the keys a completed re-snapshot did not re-read.
+
+    A key is a *ghost* when its latest version (by ``_event_time``, ``_seq``; truncates
+    included) is alive and none of its rows was added since the re-snapshot started — in a
+    data file that the last complete version (``lakehouse.snapshot.lastCompleteVersion``)
+    does not hold, or in this batch. Each ghost gets a delete at the re-snapshot's newest
+    event time (never before its own latest version; ``_seq`` extends the version's so the
+    delete sorts after it), with NULL value columns and ``_kafka_topic``
+    :data:`~lakehouse.build.layout.SYNTHETIC_DELETE_TOPIC`. Reads the whole table once (a
+    re-snapshot is rare). None when the table has no key or no last complete version.
+    """
+    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import functions as F
+
+    last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
+    if not key_columns or not last_complete.isdigit():
+        return None
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    table = delta.read(spark, uri)
+    if any(k not in table.columns for k in key_columns):
+        return None
+    before = (
+        delta.read(spark, uri, version=int(last_complete))
+        .select(F.col("_metadata.file_path").alias("_path"))
+        .distinct()
+        .withColumn("_old", F.lit(True))
+    )
+    every = (
+        table.withColumn("_path", F.col("_metadata.file_path"))
+        .join(F.broadcast(before), "_path", "left")
+        .withColumn("_new", F.col("_old").isNull())
+        .drop("_path", "_old")
+    )
+    if batch_rows is not None:
+        every = every.unionByName(
+            batch_rows.withColumn("_new", F.lit(True)), allowMissingColumns=True
+        )
+    touched = every.filter("_new").select(*key_columns).distinct()
+    resnapshot_time = (
+        every.filter(F.col("_new") & F.col(L.SNAPSHOT)).agg(F.max(L.EVENT_TIME)).first()[0]
+    )
+    truncated = every.filter(F.col(L.OP) == "t").agg(F.max(L.EVENT_TIME)).first()[0]
+    order = Window.partitionBy(*key_columns).orderBy(
+        F.col(L.EVENT_TIME).desc(), F.col(L.SEQ).desc()
+    )
+    latest = (
+        every.filter(F.col(L.OP) != "t")
+        .withColumn("_rn", F.row_number().over(order))
+        .filter("_rn = 1")
+        .filter(F.col(L.OP) != "d")
+    )
+    if truncated is not None:
+        latest = latest.filter(F.col(L.EVENT_TIME) > F.lit(truncated))
+    ghosts = latest.join(touched, list(key_columns), "left_anti")
+    when = (
+        F.col(L.EVENT_TIME)
+        if resnapshot_time is None
+        else F.greatest(F.col(L.EVENT_TIME), F.lit(resnapshot_time))
+    )
+    columns = []
+    for f in table.schema.fields:
+        if f.name in key_columns:
+            columns.append(F.col(f.name))
+        elif f.name == L.OP:
+            columns.append(F.lit("d").alias(L.OP))
+        elif f.name == L.EVENT_TIME:
+            columns.append(when.alias(L.EVENT_TIME))
+        elif f.name == L.SEQ:
+            columns.append(F.concat(F.col(L.SEQ), F.lit("~resnapshot-delete")).alias(L.SEQ))
+        elif f.name == L.SNAPSHOT:
+            columns.append(F.lit(True).alias(L.SNAPSHOT))
+        elif f.name == L.INGESTED_AT:
+            columns.append(F.current_timestamp().alias(L.INGESTED_AT))
+        elif f.name == L.KAFKA_TOPIC:
+            columns.append(F.lit(L.SYNTHETIC_DELETE_TOPIC).alias(L.KAFKA_TOPIC))
+        else:
+            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
+    return ghosts.select(*columns)
 
 
 # ---------------------------------------------------------------------------------- planning
@@ -408,7 +815,6 @@ class _TargetPlan:
     rows: DataFrame | None
     rejected: DataFrame | None
     rejected_count: int
-    snapshot_signal: str | None
 
 
 def _plan_target(
@@ -460,9 +866,8 @@ def _plan_target(
             if seen:
                 key_columns = seen
                 break
-    signal = _snapshot_signal(summary)
     if not summary:
-        return _TargetPlan(target, key_columns, None, None, 0, None)
+        return _TargetPlan(target, key_columns, None, None, 0)
     if not key_columns:
         raise ConfigError(
             f"build table '{uri}': no key columns configured and the records carry no Debezium "
@@ -544,7 +949,7 @@ def _plan_target(
         F.col("offset").alias(L.KAFKA_OFFSET),
     )
     rejected_count = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
-    return _TargetPlan(target, key_columns, rows, rejected, rejected_count, signal)
+    return _TargetPlan(target, key_columns, rows, rejected, rejected_count)
 
 
 def _event_time_expr(target: BuildTarget, row: Column, types: Mapping[str, DataType]) -> Column:
@@ -581,16 +986,6 @@ def _parse_type(ddl: str) -> DataType | None:
     if ddl in ("void", "null", ""):
         return None
     return StructType.fromDDL(f"x {ddl}").fields[0].dataType
-
-
-def _snapshot_signal(summary: Iterable[Any]) -> str | None:
-    phases = {r["_snapshot_phase"] for r in summary}
-    for phase in ("last", "last_in_data_collection"):
-        if phase in phases:
-            return phase
-    if "false" in phases:
-        return "log_record"
-    return None
 
 
 def _empty_like(uri: str) -> DataFrame:

@@ -16,11 +16,20 @@ would otherwise let probe rows through against a half-loaded dimension.
 
 Everything is read at the same pinned version, so the watermark never speaks for data the
 join does not see.
+
+**Re-snapshots** (:mod:`lakehouse.build.marker`). While the table re-reads its source after
+the marker was set (``lakehouse.snapshot.state = resnapshot``), its latest version is half
+re-read. The channel then stands at ``lakehouse.snapshot.lastCompleteVersion`` — the last
+version before the re-read started, which is complete — instead: the join pins and reads
+that version, with its watermark, until the re-snapshot's signal sets the marker again. With
+``lakehouse.snapshot.resnapshotJoin = latest`` (the operator's choice) it reads the latest
+version throughout. Either way the channel is never idle during a re-snapshot, and its
+watermark does not go back: the pinned version is the one the join was already reading.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lakehouse import delta
 from lakehouse.build import layout as L
@@ -38,6 +47,9 @@ class BuildChannelState:
         event_watermark_ms: the recorded event-time watermark, WATERMARK_MIN if none.
         last_commit_ms: time of the pinned version's commit.
         key_columns: ``lakehouse.primaryKey``.
+        latest_version: the table's latest version when read (``version`` is older while
+            a re-snapshot is under way).
+        resnapshot: a re-snapshot is under way.
     """
 
     version: int | None
@@ -46,6 +58,8 @@ class BuildChannelState:
     event_watermark_ms: int
     last_commit_ms: int | None
     key_columns: tuple[str, ...]
+    latest_version: int | None = None
+    resnapshot: bool = False
 
     def watermark(self, *, processing_time: bool) -> Watermark:
         """The channel's watermark in the given mode (see the module docstring)."""
@@ -56,9 +70,11 @@ class BuildChannelState:
         return Watermark(self.event_watermark_ms)
 
     def status(self, *, now_ms: int, idle_timeout_ms: int | None) -> WatermarkStatus:
-        """IDLE when the marker is set and no commit came for ``idle_timeout_ms``."""
+        """IDLE when the marker is set, no re-snapshot is under way, and no commit came for
+        ``idle_timeout_ms``."""
         if (
             idle_timeout_ms is not None
+            and not self.resnapshot
             and self.snapshot_complete
             and self.last_commit_ms is not None
             and now_ms - self.last_commit_ms >= idle_timeout_ms
@@ -68,14 +84,34 @@ class BuildChannelState:
 
 
 def read_build_channel(uri: str, *, version: int | None = None) -> BuildChannelState:
-    """Read the channel's state at ``version`` (latest when None)."""
+    """Read the channel's state at ``version``; when None, at the version the join must read
+    now: the latest, or during a re-snapshot the last complete one (module docstring)."""
     if not delta.table_exists(uri):
         return BuildChannelState(None, False, None, WATERMARK_MIN, None, ())
-    pinned = delta.latest_version(uri) if version is None else version
+    latest = delta.latest_version(uri)
+    if version is None:
+        props = delta.get_properties(uri, version=latest)
+        if props.get(L.PROP_SNAPSHOT_STATE) == "resnapshot" and not _is_true(props):
+            last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
+            policy = props.get(L.PROP_SNAPSHOT_RESNAPSHOT_JOIN, "last-complete")
+            if policy == "latest":
+                state = _read_at(uri, latest, latest)
+                return replace(state, snapshot_complete=True, resnapshot=True)
+            if last_complete.isdigit():
+                state = _read_at(uri, int(last_complete), latest)
+                return replace(state, resnapshot=True)
+        return _read_at(uri, latest, latest)
+    return _read_at(uri, version, latest)
+
+
+def _is_true(props: dict[str, str]) -> bool:
+    return props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
+
+
+def _read_at(uri: str, pinned: int, latest: int) -> BuildChannelState:
     props = delta.get_properties(uri, version=pinned)
     watermark = WATERMARK_MIN
     last_commit_ms: int | None = None
-    latest = delta.latest_version(uri)
     for entry in delta.history(uri, limit=latest - pinned + 64):
         if entry.version > pinned:
             continue
@@ -88,9 +124,10 @@ def read_build_channel(uri: str, *, version: int | None = None) -> BuildChannelS
     completed = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION)
     return BuildChannelState(
         version=pinned,
-        snapshot_complete=props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true",
+        snapshot_complete=_is_true(props),
         completed_version=int(completed) if completed else None,
         event_watermark_ms=watermark,
         last_commit_ms=last_commit_ms,
         key_columns=tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c),
+        latest_version=latest,
     )

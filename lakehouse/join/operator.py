@@ -446,6 +446,13 @@ class TemporalJoin:
         assert plan.build_version is not None
         build = delta.read(spark, o.build_uri, version=plan.build_version)
         build_key = self._build_key(plan.build_version)
+        for probe_column, build_column in zip(o.probe_key, build_key, strict=True):
+            if build_column not in build.columns:
+                # a build table whose snapshot completed empty (created by a signal before
+                # any row) has no key columns yet: it matches nothing
+                build = build.withColumn(
+                    build_column, F.lit(None).cast(staged.schema[probe_column].dataType)
+                )
         value_columns = [
             c for c in build.columns if c not in build_key and c not in L.LINEAGE_COLUMNS
         ]

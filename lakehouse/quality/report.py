@@ -620,16 +620,26 @@ class _BuildMarker:
 
 
 def _build_marker(uri: str) -> _BuildMarker:
-    """The build table's snapshot marker at its latest version. The marker counts as set
-    only when ``lakehouse.snapshot.complete`` is ``true`` and ``completedVersion`` parses."""
+    """The build table's snapshot marker at its latest version.
+
+    The version no processing-time row may be older than is the one at which the snapshot
+    first completed (``lakehouse.snapshot.firstCompletedVersion``): a later re-snapshot moves
+    ``completedVersion`` forward, but rows joined before it were joined against a complete
+    dimension, and during a re-snapshot the join stays on the last complete version. Tables
+    written before that property existed fall back to ``completedVersion`` when the marker is
+    set."""
     if not delta.table_exists(uri):
         return _BuildMarker(None, False, None, {})
     version = delta.latest_version(uri)
     props = delta.get_properties(uri, version=version)
     marker = {k: v for k, v in props.items() if k.startswith("lakehouse.snapshot.")}
     complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false").strip().lower() == "true"
+    first = props.get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, "").strip()
     raw = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION, "").strip()
-    completed = int(raw) if complete and raw.lstrip("-").isdigit() else None
+    if first.lstrip("-").isdigit():
+        completed: int | None = int(first)
+    else:
+        completed = int(raw) if complete and raw.lstrip("-").isdigit() else None
     return _BuildMarker(version, completed is not None, completed, marker)
 
 

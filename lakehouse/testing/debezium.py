@@ -31,7 +31,7 @@ def encode_decimal(value: Decimal | str, scale: int) -> str:
     unscaled value.
 
     >>> encode_decimal("1.0850", 4)
-    'KGI='
+    'KmI='
     >>> encode_decimal("-0.01", 2)
     '/w=='
     """

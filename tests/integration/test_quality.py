@@ -210,7 +210,7 @@ def test_summary_records_observed_values_and_versions(healthy, rowtime):
         },
     }
     assert summary["run"]["duration_s"] > 0
-    assert checks["output_matched"]["suite"].endswith("expectations/output_matched.json")
+    assert checks["output_matched"]["suite"].endswith("suites/output_matched.json")
 
 
 def test_data_docs_and_plot_are_written(healthy, report_dir):
