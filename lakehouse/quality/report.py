@@ -625,9 +625,9 @@ def _build_marker(uri: str) -> _BuildMarker:
     The version no processing-time row may be older than is the one at which the snapshot
     first completed (``lakehouse.snapshot.firstCompletedVersion``): a later re-snapshot moves
     ``completedVersion`` forward, but rows joined before it were joined against a complete
-    dimension, and during a re-snapshot the join stays on the last complete version. Tables
-    written before that property existed fall back to ``completedVersion`` when the marker is
-    set."""
+    dimension, and during a re-snapshot the join stays on the last complete version. It counts
+    while the marker is set or a re-snapshot runs; tables written before that property
+    existed fall back to ``completedVersion`` when the marker is set."""
     if not delta.table_exists(uri):
         return _BuildMarker(None, False, None, {})
     version = delta.latest_version(uri)
@@ -636,10 +636,14 @@ def _build_marker(uri: str) -> _BuildMarker:
     complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false").strip().lower() == "true"
     first = props.get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, "").strip()
     raw = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION, "").strip()
-    if first.lstrip("-").isdigit():
-        completed: int | None = int(first)
-    else:
-        completed = int(raw) if complete and raw.lstrip("-").isdigit() else None
+    # a re-snapshot clears `complete` but the join stays on the last complete version; a
+    # marker taken back in any other way means no processing-time row may exist
+    resnapshot = props.get(L.PROP_SNAPSHOT_STATE, "").strip() == "resnapshot"
+    completed: int | None = None
+    if (complete or resnapshot) and first.lstrip("-").isdigit():
+        completed = int(first)
+    elif complete and raw.lstrip("-").isdigit():
+        completed = int(raw)
     return _BuildMarker(version, completed is not None, completed, marker)
 
 
