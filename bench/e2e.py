@@ -1,0 +1,406 @@
+"""Measurement 3: end to end — ingestion, latency, history growth, pending backlog.
+
+Each scenario runs in its own process (one Spark session, ``local[2]``) and emits one JSON
+result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run_isolated`):
+
+``ingest``
+    CDC ingestion rate: a Debezium change stream (:class:`lakehouse.testing.debezium.
+    DebeziumTable`: a snapshot of ``keys`` rows, then ``updates`` updates of random keys, JSON
+    with schemas, about 1.5 kB per event) is written to JSON-lines files, or produced to the
+    Tansu test broker (one record per producer batch, at most :data:`BROKER_PARTITION_MAX`
+    records per partition: its fetch speed collapses beyond that), and ingested by
+    :class:`lakehouse.build.BuildSink` with an ``availableNow`` trigger. The rate is events
+    per second of the query's run, from start to termination (the Spark session already up;
+    producing to the broker is not timed).
+``latency``
+    Join latency per probe row, arrival to commit: a streaming processing-time join
+    (:class:`lakehouse.join.TemporalJoin` on the files source) at a trigger interval, fed
+    by a writer that renames a small file into the probe directory every
+    :data:`FEED_EVERY_S` seconds. Each record carries the wall time of its file's rename
+    (``sent_ms``); its latency is the commit time of the output version holding it minus that.
+    Only rows sent ``warmup_s`` after the query's third batch count (the first batches start
+    Python workers).
+``history``
+    Cost per probe row as the history grows: one probe batch joined as of its rows' times
+    against ``keys`` keys with 1, 10, 100 versions each, by the pure kernel probing an
+    :class:`~lakehouse.join.kernel.AsOfIndex` built once per build version (its build time
+    is reported apart), by the Spark path (:func:`lakehouse.join.asof.join_as_of` against
+    the Delta build table, which re-reads the build each batch) and by the whole operator
+    (one row-time micro-batch).
+``backlog``
+    Cost per batch as the pending backlog grows: a row-time join whose build watermark
+    covers half of the time range, so half of each batch is released and half waits; the
+    pending table grows by half a batch per batch while the released rows stay constant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.measure import emit, tree_usage
+from bench.workload import EPOCH0_MS, HORIZON_MS, Workload
+
+#: Records per partition of the test broker (see /work/shared/notes/test-broker.md).
+BROKER_PARTITION_MAX = 4_000
+#: How often the latency scenario's writer drops a probe file.
+FEED_EVERY_S = 1.0
+
+
+def _spark(name: str, conf: dict[str, str]) -> Any:
+    from lakehouse.spark import get_spark
+
+    return get_spark(app_name=f"bench-{name}", master="local[2]", conf=conf)
+
+
+def _debezium_events(keys: int, updates: int, seed: int) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) bytes of a snapshot of ``keys`` rows, then ``updates`` updates."""
+    from lakehouse.testing.debezium import DebeziumTable
+
+    rng = np.random.default_rng(seed)
+    table = DebeziumTable("public", "rates", key="currency", start_ms=EPOCH0_MS, step_ms=10)
+    rows = [{"currency": f"C{i:07d}", "rate": f"{1 + i % 97 / 100:.4f}"} for i in range(keys)]
+    messages = table.snapshot(rows)
+    for k in rng.integers(0, keys, updates).tolist():
+        messages.append(table.update({"currency": f"C{k:07d}", "rate": f"{rng.random():.4f}"}))
+    out = []
+    for m in messages:
+        value = m.value_bytes()
+        assert value is not None
+        out.append((m.key_bytes(), value))
+    return out
+
+
+def ingest(spec: dict[str, Any]) -> dict[str, Any]:
+    """CDC events per second from files or from the broker (see the module docstring)."""
+    from lakehouse import delta
+    from lakehouse.build import BuildSink, BuildTarget
+    from lakehouse.sources import read_files_stream, read_kafka_stream
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    events = _debezium_events(spec["keys"], spec["updates"], seed=7)
+    n = len(events)
+    spark = _spark("ingest", spec.get("spark_conf", {}))
+    sink = BuildSink(
+        [BuildTarget(str(root / "build"), key_columns=("currency",))],
+        dead_letter_uri=str(root / "dlq"),
+        pipeline_id="bench-ingest",
+    )
+    batches: list[tuple[int, float]] = []
+
+    def timed_sink(df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        report = sink.process(df, batch_id)
+        batches.append((report.records, time.perf_counter() - t0))
+
+    source = spec["source"]
+    broker_ctx = None
+    if source == "files":
+        landing = root / "landing"
+        landing.mkdir(parents=True)
+        per_file = spec.get("events_per_file", 5_000)
+        for i in range(0, n, per_file):
+            lines = b"\n".join(v for _, v in events[i : i + per_file]) + b"\n"
+            (landing / f"part-{i // per_file:05d}.jsonl").write_bytes(lines)
+        stream = read_files_stream(
+            spark,
+            str(landing),
+            topic="dbserver1.public.rates",
+            options={"maxFilesPerTrigger": str(spec.get("files_per_trigger", 4))},
+        )
+    else:
+        from lakehouse.sources.kafka_admin import create_topic, produce
+        from lakehouse.testing.broker import tansu_broker
+
+        root.mkdir(parents=True)
+        broker_ctx = tansu_broker(root / "broker.log")
+        bootstrap = broker_ctx.__enter__()
+        partitions = max(1, -(-n // BROKER_PARTITION_MAX))
+        topic = "dbserver1.public.rates"
+        create_topic(bootstrap, topic, partitions)
+        # keyed records: one key's changes stay in one partition, in order
+        produce(
+            bootstrap,
+            topic,
+            [(k, v, i % partitions) for i, (k, v) in enumerate(events)],
+            one_record_per_batch=True,
+            timeout_s=600,
+        )
+        stream = read_kafka_stream(
+            spark,
+            bootstrap_servers=bootstrap,
+            topics=topic,
+            options={"maxOffsetsPerTrigger": str(spec.get("records_per_trigger", 20_000))},
+        )
+    try:
+        cpu0, _ = tree_usage(os.getpid())
+        t0 = time.perf_counter()
+        query = (
+            stream.writeStream.foreachBatch(timed_sink)
+            .option("checkpointLocation", str(root / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        seconds = time.perf_counter() - t0
+        cpu = tree_usage(os.getpid())[0] - cpu0
+    finally:
+        if broker_ctx is not None:
+            broker_ctx.__exit__(None, None, None)
+    rows = delta.row_count(str(root / "build"))
+    spark.stop()
+    # steady state: the batches after the first (which also starts Python workers)
+    later = batches[1:]
+    later_events = sum(n for n, _ in later)
+    later_s = sum(s for _, s in later)
+    return {
+        "source": source,
+        "events": n,
+        "rows_committed": rows,
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "events_per_s": n / seconds,
+        "batches": len(batches),
+        "batch_events": [n for n, _ in batches],
+        "batch_s": [s for _, s in batches],
+        "steady_events_per_s": later_events / later_s if later_s else None,
+    }
+
+
+def latency(spec: dict[str, Any]) -> dict[str, Any]:
+    """Arrival-to-commit latency of a streaming processing-time join at one interval."""
+    from bench.tables import join_options, write_build_table
+    from lakehouse import delta
+    from lakehouse.join import TemporalJoin
+    from lakehouse.sources import read_files_stream
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("latency", spec.get("spark_conf", {}))
+    w = Workload(0, spec["keys"], spec.get("versions", 1))
+    build = str(root / "build")
+    write_build_table(spark, build, w)
+    opts = join_options(
+        root,
+        build,
+        mode="proctime",
+        watermark="none",
+        probe_time=None,
+        probe_schema="id bigint, k bigint, ts bigint, sent_ms bigint",
+    )
+    landing = root / "probe"
+    landing.mkdir(parents=True)
+    stop = threading.Event()
+    rate = spec["rows_per_s"]
+    sent = [0]
+
+    def feed() -> None:
+        rng = np.random.default_rng(11)
+        i = 0
+        per_file = max(1, round(rate * FEED_EVERY_S))
+        next_at = time.monotonic()
+        while not stop.is_set():
+            keys = rng.integers(0, w.keys, per_file).tolist()
+            # the rename right after the write makes the file visible: the records' arrival
+            now_ms = int(time.time() * 1000)
+            lines = [
+                json.dumps({"id": i + j, "k": k, "ts": now_ms, "sent_ms": now_ms})
+                for j, k in enumerate(keys)
+            ]
+            tmp = landing / f".part-{i:09d}.jsonl"
+            tmp.write_text("\n".join(lines) + "\n")
+            tmp.rename(landing / f"part-{i:09d}.jsonl")
+            i += per_file
+            sent[0] = i
+            next_at += FEED_EVERY_S
+            stop.wait(max(0.0, next_at - time.monotonic()))
+
+    stream = read_files_stream(spark, str(landing), topic="probe")
+    query = (
+        stream.writeStream.foreachBatch(TemporalJoin(opts))
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .trigger(processingTime=f"{spec['interval_s']} seconds")
+        .start()
+    )
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    # warm-up: the first batches start Python workers and compile; then a steady stretch
+    deadline = time.monotonic() + 600
+    while len(query.recentProgress) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(spec.get("warmup_s", 0))
+    measured_from_ms = int(time.time() * 1000)
+    time.sleep(spec["seconds"])
+    stop.set()
+    writer.join()
+    query.processAllAvailable()
+    progress = [
+        (p["numInputRows"], p["durationMs"].get("triggerExecution", 0) / 1000)
+        for p in query.recentProgress
+    ]
+    query.stop()
+    commits = {
+        int(c.metadata["lakehouse.batchId"]): c.timestamp_ms
+        for c in delta.history(opts.output_uri)
+        if "lakehouse.batchId" in c.metadata
+    }
+    rows = delta.read(spark, opts.output_uri).select("_batch_id", "sent_ms").toPandas()
+    spark.stop()
+    commit_ms = rows["_batch_id"].map(commits).to_numpy(dtype=np.float64)
+    lat = (commit_ms - rows["sent_ms"].to_numpy(dtype=np.float64)) / 1000.0
+    lat = lat[rows["sent_ms"].to_numpy() >= measured_from_ms]
+    return {
+        "interval_s": spec["interval_s"],
+        "rows_per_s": rate,
+        "sent": sent[0],
+        "joined": len(rows),
+        "measured": len(lat),
+        "p50_s": float(np.percentile(lat, 50)) if len(lat) else None,
+        "p95_s": float(np.percentile(lat, 95)) if len(lat) else None,
+        "max_s": float(lat.max()) if len(lat) else None,
+        "batches": progress,
+    }
+
+
+def history(spec: dict[str, Any]) -> dict[str, Any]:
+    """Cost per probe row of one row-time batch against 1, 10, 100 versions per key."""
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    from bench.measure import repeat
+    from bench.tables import join_options, probe_batch_file, read_raw, write_build_table
+    from bench.workload import build_table
+    from lakehouse import delta
+    from lakehouse.join import TemporalJoin
+    from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+    from lakehouse.join.kernel import AsOfIndex
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("history", spec.get("spark_conf", {}))
+    rows = spec["probe_rows"]
+    out = []
+    for versions in spec["versions"]:
+        w = Workload(rows, spec["keys"], versions)
+        build = str(root / f"build-v{versions}")
+        write_build_table(spark, build, w)
+        raw_path = probe_batch_file(root / f"probe-v{versions}.parquet", w, 0, rows)
+        b = build_table(w)
+        parsed_probe = read_raw(spark, raw_path).select(
+            F.from_json(F.col("value").cast("string"), "id bigint, k bigint, ts bigint").alias("r")
+        )
+        parsed_probe = parsed_probe.select("r.*").withColumn(PROBE_TIME_US, F.col("ts") * 1000)
+        parsed_probe = parsed_probe.persist()
+        parsed_probe.count()
+        pk = np.asarray(parsed_probe.select("k").toPandas()["k"])
+        pt = np.asarray(parsed_probe.select("ts").toPandas()["ts"])
+
+        # the build side is indexed once per build version; each batch only probes it
+        t0 = time.perf_counter()
+        index = AsOfIndex.build(
+            build_keys=[b["k"]],
+            build_time=b["t"],
+            build_seq=b["_seq"],
+            build_is_delete=pc.equal(b["_op"], "d"),
+        )
+        index_s = time.perf_counter() - t0
+
+        def kernel(index: Any = index, pk: Any = pk, pt: Any = pt) -> int:
+            return int((index.match(probe_keys=[pk], probe_time=pt) >= 0).sum())
+
+        def spark_path(build: str = build, probe: Any = parsed_probe) -> int:
+            joined = join_as_of(
+                probe,
+                delta.read(spark, build),
+                probe_key=["k"],
+                build_key=["k"],
+                value_columns=["v"],
+                output_names=["id", "k", "ts", "v", "_event_time", "_matched"],
+                latest=False,
+                num_buckets=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
+            )
+            return int(joined.filter("_matched").count())
+
+        op_root = root / f"op-v{versions}"
+
+        def operator(build: str = build, raw_path: str = raw_path, op_root: Path = op_root) -> int:
+            # a fresh pipeline each run: one batch of `rows` rows, all but the latest released
+            shutil.rmtree(op_root, ignore_errors=True)
+            opts = join_options(op_root, build)
+            report = TemporalJoin(opts).process(read_raw(spark, raw_path), 0)
+            return report.matched
+
+        runs = spec.get("runs", 3)
+        k_runs = repeat(kernel, runs=runs)
+        s_runs = repeat(spark_path, runs=runs)
+        o_runs = repeat(operator, runs=runs)
+        parsed_probe.unpersist()
+        out.append(
+            {
+                "versions": versions,
+                "build_rows": w.build_rows,
+                "probe_rows": rows,
+                "kernel_s": k_runs.wall_s,
+                "kernel_index_s": index_s,
+                "spark_s": s_runs.wall_s,
+                "operator_s": o_runs.wall_s,
+                "matched": [k_runs.result, s_runs.result, o_runs.result],
+            }
+        )
+    spark.stop()
+    return {"keys": spec["keys"], "probe_rows": rows, "points": out}
+
+
+def backlog(spec: dict[str, Any]) -> dict[str, Any]:
+    """Per-batch cost while the pending backlog grows by half a batch per batch."""
+    from bench.tables import join_options, probe_batch_file, read_raw, write_build_table
+    from lakehouse.join import TemporalJoin
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("backlog", spec.get("spark_conf", {}))
+    w = Workload(0, spec["keys"], spec["versions"])
+    build = str(root / "build")
+    half = EPOCH0_MS + HORIZON_MS // 2
+    write_build_table(spark, build, w, watermark_ms=half)
+    op = TemporalJoin(join_options(root, build))
+    rows = spec["batch_rows"]
+    points = []
+    for b in range(spec["batches"]):
+        path = probe_batch_file(
+            root / "batches" / f"b{b:04d}.parquet", w, b, rows, first_id=b * rows
+        )
+        raw = read_raw(spark, path)
+        raw.count()
+        cpu0, _ = tree_usage(os.getpid())
+        t0 = time.perf_counter()
+        report = op.process(raw, b)
+        points.append(
+            {
+                "batch": b,
+                "seconds": time.perf_counter() - t0,
+                "cpu_s": tree_usage(os.getpid())[0] - cpu0,
+                "arrived": report.arrived,
+                "released": report.released,
+                "pending_after": report.pending,
+            }
+        )
+    spark.stop()
+    return {"batch_rows": rows, "keys": w.keys, "versions": w.versions, "points": points}
+
+
+SCENARIOS = {"ingest": ingest, "latency": latency, "history": history, "backlog": backlog}
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    emit({"scenario": spec["scenario"], **SCENARIOS[spec["scenario"]](spec)})
