@@ -11,7 +11,10 @@ Engines (``ENGINES``):
 
 ``kernel``
     The project's pure kernel, :func:`lakehouse.join.kernel.asof_match`, in this process on
-    the Arrow columns pyarrow reads (one thread: numpy). Comparable to the in-process peers.
+    the Arrow columns pyarrow reads, with ``threads=2`` (the two cores DuckDB gets).
+    Comparable to the in-process peers.
+``kernel-1t``
+    The same with one thread (as each Spark task runs it).
 ``kernel-before``
     The kernel as it was before issue 6 (:mod:`bench.previous`), same harness.
 ``spark-project``
@@ -57,6 +60,7 @@ from bench.measure import emit, repeat, runs_dict
 
 ENGINES = (
     "kernel",
+    "kernel-1t",
     "kernel-before",
     "duckdb",
     "polars",
@@ -69,7 +73,15 @@ ENGINES = (
 )
 #: Engines that also return per-row results for the sample check.
 SAMPLED = frozenset(
-    {"kernel", "kernel-before", "duckdb", "spark-project", "spark-project-before", "polars"}
+    {
+        "kernel",
+        "kernel-1t",
+        "kernel-before",
+        "duckdb",
+        "spark-project",
+        "spark-project-before",
+        "polars",
+    }
 )
 SPARK_ENGINES = frozenset(e for e in ENGINES if e.startswith("spark"))
 
@@ -77,7 +89,7 @@ Result = tuple[int, int]  # (matched rows, sum of joined v)
 Sample = dict[int, int | None]  # probe id -> joined v
 
 
-def _kernel_engine(build: str, probe: str, *, before: bool) -> tuple[Any, Any]:
+def _kernel_engine(build: str, probe: str, *, before: bool, threads: int) -> tuple[Any, Any]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -110,6 +122,7 @@ def _kernel_engine(build: str, probe: str, *, before: bool) -> tuple[Any, Any]:
                 build_time=b["t"],
                 build_seq=b["_seq"],
                 build_is_delete=pc.equal(b["_op"], "d"),
+                threads=threads,
             )
         v = b["v"].take(pa.array(idx, mask=idx < 0, type=pa.int64()))
         return p, v
@@ -283,8 +296,10 @@ def main(spec: dict[str, Any]) -> None:
     spark = None
     run: Callable[[], Result]
     sample: Callable[[list[int]], Sample] | None
-    if name in ("kernel", "kernel-before"):
-        run, sample = _kernel_engine(build, probe, before=name == "kernel-before")
+    if name in ("kernel", "kernel-1t", "kernel-before"):
+        run, sample = _kernel_engine(
+            build, probe, before=name == "kernel-before", threads=2 if name == "kernel" else 1
+        )
     elif name == "duckdb":
         run, sample = _duckdb_engine(build, probe)
     elif name == "polars":

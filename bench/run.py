@@ -396,8 +396,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="timed runs after the warm-up")
     parser.add_argument("--out", default=str(REPO / "bench" / "out"))
     parser.add_argument("--data", default=None, help="where generated inputs are kept")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the sections of the report already in --out that this run does not repeat",
+    )
     args = parser.parse_args(argv)
     runner = Runner(args)
+    previous = Path(args.out) / "report.json"
+    if args.keep and previous.exists():
+        import json
+
+        old = json.loads(previous.read_text())
+        for section in ("asof", "proctime", "e2e"):
+            if section not in args.only:
+                runner.results[section] = old.get(section) or runner.results[section]
+        runner.results["notes"].append(
+            f"sections not in --only kept from the run started {old.get('started')} "
+            f"({old.get('command')})"
+        )
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     for section in sections:
         if section not in ("asof", "proctime", "e2e"):

@@ -233,7 +233,9 @@ def _join_latest(
     return joined.select(*[c.alias(f.name) for c, f in zip(columns, schema.fields, strict=True)])
 
 
-def _reduce_to_latest(rows: DataFrame, build_key: Sequence[str], carried: Sequence[str]) -> Any:
+def _reduce_to_latest(
+    rows: DataFrame, build_key: Sequence[str], carried: Sequence[str]
+) -> DataFrame:
     """One row per key: its latest version by ``(start, seq)`` (deletes included)."""
     from pyspark.sql import functions as F
 

@@ -60,7 +60,8 @@ takes about 0.3 s (figures in ``bench/README.md``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -308,6 +309,43 @@ class _TimeScale:
         return off
 
 
+# --------------------------------------------------------------------------------- threads
+
+#: Below this many rows a second thread costs more than it saves.
+_PARALLEL_MIN_ROWS = 200_000
+
+
+def _in_parallel(fn: Callable[[int, int], None], n: int, threads: int) -> None:
+    """Call ``fn(lo, hi)`` on ``threads`` contiguous slices of ``range(n)``, at once."""
+    if threads <= 1 or n < _PARALLEL_MIN_ROWS:
+        fn(0, n)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    bounds = [int(b) for b in np.linspace(0, n, threads + 1)]
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(fn, a, b) for a, b in itertools.pairwise(bounds)]
+        for future in futures:
+            future.result()
+
+
+def _sorted_order(code: np.ndarray, *, threshold: int, threads: int) -> np.ndarray:
+    """``np.argsort(code, kind="stable")``; with two threads, the codes below and from
+    ``threshold`` are sorted apart at once and concatenated (every code of the first part is
+    smaller, so the result is the same)."""
+    if threads <= 1 or len(code) < _PARALLEL_MIN_ROWS:
+        return np.argsort(code, kind="stable")
+    low = code < threshold
+    parts = [np.flatnonzero(low), np.flatnonzero(~low)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        sorted_parts = list(
+            pool.map(lambda rows: rows[np.argsort(code[rows], kind="stable")], parts)
+        )
+    return np.concatenate(sorted_parts)
+
+
 # ----------------------------------------------------------------------------------- index
 
 
@@ -344,6 +382,7 @@ class AsOfIndex:
         build_is_delete: ArrayLike,
         truncate_time: ArrayLike | None = None,
         truncate_seq: ArrayLike | None = None,
+        threads: int = 1,
     ) -> AsOfIndex:
         """Index build rows (arguments as in :func:`asof_match`)."""
         n_b = len(build_time)
@@ -373,7 +412,7 @@ class AsOfIndex:
         code = gid * scale.span
         code += off
         code[gid < 0] = -1  # a NULL build key: never matched
-        order = np.argsort(code, kind="stable")
+        order = _sorted_order(code, threshold=(keys.bound // 2) * scale.span, threads=threads)
         codes = code[order]
         same = codes[1:] == codes[:-1]
         if same.any():  # one key, one start, several versions: the later seq wins
@@ -397,26 +436,38 @@ class AsOfIndex:
             _trunc_seq=trunc_s[t_order],
         )
 
-    def match(self, *, probe_keys: Sequence[ArrayLike], probe_time: ArrayLike) -> np.ndarray:
-        """For each probe row, the index of the build row it joins, or -1."""
+    def match(
+        self, *, probe_keys: Sequence[ArrayLike], probe_time: ArrayLike, threads: int = 1
+    ) -> np.ndarray:
+        """For each probe row, the index of the build row it joins, or -1.
+
+        With ``threads > 1`` the probe rows are split into that many slices searched at once
+        (numpy releases the GIL in sorts and searches, so the threads use separate cores).
+        """
         n_p = len(probe_time)
         result = np.full(n_p, -1, dtype=np.int64)
         if n_p == 0 or self.size == 0:
             return result
         assert self._keys is not None and self._scale is not None
         p_t = _to_int64(probe_time)
-        p_gid = self._keys.ids(probe_keys)
-        p_off = self._scale.offsets(p_t)
-        p_code = p_gid * self._scale.span
-        p_code += p_off
-        p_code[p_gid < 0] = -1
-        p_order = np.argsort(p_code, kind="stable")
-        p_sorted = p_code[p_order]
-        pos = np.searchsorted(self._codes, p_sorted, side="right") - 1
-        safe = np.maximum(pos, 0)
-        group_start = p_sorted - p_off[p_order]
-        valid = (pos >= 0) & (p_sorted >= 0) & (self._codes[safe] >= group_start)
-        result[p_order[valid]] = self._order[safe[valid]]
+        keys, scale, codes, order = self._keys, self._scale, self._codes, self._order
+
+        def search(lo: int, hi: int) -> None:
+            # probe rows [lo, hi): codes, sorted, then the last build code <= each
+            p_gid = keys.ids([k[lo:hi] for k in probe_keys])
+            p_off = scale.offsets(p_t[lo:hi])
+            p_code = p_gid * scale.span
+            p_code += p_off
+            p_code[p_gid < 0] = -1
+            p_order = np.argsort(p_code, kind="stable")
+            p_sorted = p_code[p_order]
+            pos = np.searchsorted(codes, p_sorted, side="right") - 1
+            safe = np.maximum(pos, 0)
+            group_start = p_sorted - p_off[p_order]
+            valid = (pos >= 0) & (p_sorted >= 0) & (codes[safe] >= group_start)
+            result[lo + p_order[valid]] = order[safe[valid]]
+
+        _in_parallel(search, n_p, threads)
 
         hit = result >= 0
         if self._is_delete.any():
@@ -451,6 +502,7 @@ def asof_match(
     build_is_delete: ArrayLike,
     truncate_time: ArrayLike | None = None,
     truncate_seq: ArrayLike | None = None,
+    threads: int = 1,
 ) -> np.ndarray:
     """Return, for each probe row, the index of the build row it joins, or -1.
 
@@ -470,6 +522,8 @@ def asof_match(
             read where a key has several versions with one start.
         build_is_delete: True where the version is a delete.
         truncate_time, truncate_seq: truncates, which end every version before them.
+        threads: sort and search with this many threads (numpy releases the GIL there).
+            The Spark glue keeps 1: its tasks already run one per core.
 
     Returns:
         int64 array of length P with build row indices or -1.
@@ -485,5 +539,6 @@ def asof_match(
         build_is_delete=build_is_delete,
         truncate_time=truncate_time,
         truncate_seq=truncate_seq,
+        threads=threads,
     )
-    return index.match(probe_keys=probe_keys, probe_time=probe_time)
+    return index.match(probe_keys=probe_keys, probe_time=probe_time, threads=threads)

@@ -34,7 +34,7 @@ def histories(draw):
     return rows
 
 
-def _run(versions, probes):
+def _run(versions, probes, threads=1):
     build = [v for v in versions if v.op != "t"]
     trunc = [v for v in versions if v.op == "t"]
     idx = asof_match(
@@ -46,6 +46,7 @@ def _run(versions, probes):
         build_is_delete=np.array([v.op == "d" for v in build], dtype=bool),
         truncate_time=np.array([v.time for v in trunc], dtype=np.int64),
         truncate_seq=np.array([v.seq for v in trunc], dtype=object),
+        threads=threads,
     )
     return [None if i < 0 else build[i].value for i in idx]
 
@@ -63,6 +64,32 @@ def _run(versions, probes):
 def test_asof_matches_linear_scan(versions, probes):
     expected = [None if (v := as_of(versions, k, t)) is None else v.value for k, t in probes]
     assert _run(versions, probes) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    versions=histories(),
+    probes=st.lists(
+        st.tuples(
+            st.one_of(KEYS, st.just("never-seen")), st.one_of(st.none(), st.integers(-2, 22))
+        ),
+        max_size=30,
+    ),
+    threads=st.integers(2, 4),
+)
+def test_threaded_sort_and_search_give_the_single_thread_answer(versions, probes, threads):
+    # The slices only pay off on large inputs; force them onto these small ones so the
+    # slicing and the two-part sort are exercised against the reference.
+    import lakehouse.join.kernel as kernel
+
+    saved = kernel._PARALLEL_MIN_ROWS
+    kernel._PARALLEL_MIN_ROWS = 0
+    try:
+        threaded = _run(versions, probes, threads=threads)
+    finally:
+        kernel._PARALLEL_MIN_ROWS = saved
+    expected = [None if (v := as_of(versions, k, t)) is None else v.value for k, t in probes]
+    assert threaded == expected
 
 
 def test_worked_example_delete_ends_version_and_reinsert_starts_new_one():
