@@ -27,7 +27,8 @@ column                        type         meaning
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse import delta
 
@@ -82,14 +83,20 @@ def to_dead_letters(
 
 
 def append_dead_letters(
-    rows: DataFrame, uri: str, *, app_id: str, batch_id: int
+    rows: DataFrame,
+    uri: str,
+    *,
+    app_id: str,
+    batch_id: int,
+    metadata: Mapping[str, Any] | None = None,
 ) -> delta.WriteResult | None:
     """Append dead-letter rows idempotently; returns None when there were none to write.
 
     Empty batches are not committed: the dead-letter table's history holds only batches that
     rejected something. Replays are recognised by the table's transaction version, as for
-    every lakehouse write.
+    every lakehouse write. ``metadata`` (``lakehouse.*`` keys) goes into the commit (the join
+    records its batch plan there).
     """
     if rows.isEmpty():
         return None
-    return delta.append(rows, uri, txn=(app_id, batch_id), max_files=1)
+    return delta.append(rows, uri, txn=(app_id, batch_id), max_files=1, metadata=metadata)

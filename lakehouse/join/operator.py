@@ -12,7 +12,10 @@ For each micro-batch ``k`` (ARCHITECTURE.md, "One join operator, two kinds of ti
    is event time.
    New rows at or below the previous watermark are *late* (joined, or dead-lettered by
    policy); pending rows older than the TTL are *expired* (released unmatched, or
-   dead-lettered). The processing-time wait for the build snapshot needs no special case:
+   dead-lettered). Of the rows that would stay pending, those over the pending bound
+   (``pending_max_age_ms``, then the oldest beyond ``pending_max_rows``) are *evicted* to the
+   dead-letter table, or the batch fails before writing anything (``on_pending_bound``).
+   The processing-time wait for the build snapshot needs no special case:
    before the marker the build channel is event-time MIN, so nothing is covered.
 3. **Join** the released rows with the build table at ``V``: as of each row's time (row
    time) or the latest version (processing time) — :mod:`.asof`.
@@ -24,7 +27,12 @@ Exactly once. Spark hands the same rows to a replayed batch. A replay whose pend
 is committed is skipped entirely (pending is written last). A replay whose output write is
 committed but whose pending write is not reuses the plan recorded in the output commit, so
 it releases exactly the same rows and writes the pending table the first attempt would have.
-A replay with neither decides afresh: nothing of the first attempt is visible.
+A replay with neither reuses the plan recorded in the dead-letter commit when the first
+attempt got that far (its late, expired and evicted rows are already dead-lettered, so the
+replay must decide exactly as it did), and decides afresh otherwise: nothing of the first
+attempt is visible. The pending bound's limits are part of the plan, and which rows it evicts
+depends only on the plan and the rows (a total order on event or arrival time, then the
+source position), so a replay evicts the same rows, once.
 
 State between batches is only in the tables: the pending rows and, in the pending table's
 commit metadata, the combined watermark and the largest probe time seen. The operator object
@@ -42,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.build import layout as L
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
-from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.errors import ConfigError, PendingBoundError, SchemaMismatchError
 from lakehouse.failpoints import failpoint
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of
 from lakehouse.join.build_channel import BuildChannelState, read_build_channel
@@ -78,6 +86,12 @@ PROBE_PARTITION = "_probe_partition"
 PROBE_OFFSET = "_probe_offset"
 
 META_PLAN = "lakehouse.plan"
+#: Rows the batch evicted by the pending bound (output and pending commits), and the alert.
+META_EVICTED = "lakehouse.evicted"
+META_PENDING_BOUND_ALERT = "lakehouse.pendingBoundAlert"
+#: ``_error_kind`` of rows evicted by the pending bound.
+EVICTED_AGE = "pending_bound_age"
+EVICTED_ROWS = "pending_bound_rows"
 
 #: Topic of the tick rows the runner mixes into the probe stream under a processing-time
 #: trigger, so that a batch runs every interval even without probe input: build-side progress
@@ -101,6 +115,10 @@ class ReleasePlan:
         build_status: ACTIVE or IDLE.
         probe_max_ts_ms: the largest probe time seen up to and including this batch.
         decided_at_ms: the decision time (arrival time of new rows, TTL reference).
+        pending_max_rows: the pending bound in rows this batch applies (None: unbounded).
+        pending_max_age_ms: the pending bound in age this batch applies (None: unbounded);
+            age is measured against the probe watermark, or ``decided_at_ms`` when that is
+            processing time (:class:`~lakehouse.join.JoinOptions`).
     """
 
     batch_id: int
@@ -112,6 +130,8 @@ class ReleasePlan:
     build_status: WatermarkStatus
     probe_max_ts_ms: int | None
     decided_at_ms: int
+    pending_max_rows: int | None = None
+    pending_max_age_ms: int | None = None
 
     def to_json(self) -> str:
         """Serialise for commit metadata."""
@@ -126,6 +146,10 @@ class ReleasePlan:
                 "buildStatus": self.build_status.name,
                 "probeMaxTs": self.probe_max_ts_ms,
                 "decidedAt": self.decided_at_ms,
+                "pendingBound": {
+                    "maxRows": self.pending_max_rows,
+                    "maxAgeMs": self.pending_max_age_ms,
+                },
             }
         )
 
@@ -133,6 +157,7 @@ class ReleasePlan:
     def from_json(cls, text: str) -> ReleasePlan:
         """Parse :meth:`to_json` output."""
         d = json.loads(text)
+        bound = d.get("pendingBound") or {}  # absent in plans written before the bound
         return cls(
             batch_id=int(d["batchId"]),
             build_version=d["buildVersion"],
@@ -143,6 +168,8 @@ class ReleasePlan:
             build_status=WatermarkStatus[d["buildStatus"]],
             probe_max_ts_ms=d["probeMaxTs"],
             decided_at_ms=int(d["decidedAt"]),
+            pending_max_rows=bound.get("maxRows"),
+            pending_max_age_ms=bound.get("maxAgeMs"),
         )
 
 
@@ -162,6 +189,8 @@ class JoinBatchReport:
     seconds: float
     skipped: bool = False
     replayed_plan: bool = False
+    evicted: int = 0
+    bound_alert: str | None = None
 
 
 class TemporalJoin:
@@ -279,7 +308,11 @@ class TemporalJoin:
             .withColumn("_is_new", F.lit(True))
         )
         pending = self._read_pending(spark).withColumn("_is_new", F.lit(False))
-        candidates = pending.unionByName(new.drop("_parse_error", "_parse_error_kind")).persist()
+        candidates = pending.unionByName(new.drop("_parse_error", "_parse_error_kind"))
+        releases_all = recorded is None and self._releases_everything(plan)
+        if not releases_all:
+            # read by the counts, the output, the dead letters and the pending rewrite
+            candidates = candidates.persist()
         try:
             return self._release_and_write(
                 candidates,
@@ -290,6 +323,7 @@ class TemporalJoin:
                 batch_id,
                 started,
                 replayed=recorded is not None,
+                releases_all=releases_all,
             )
         finally:
             candidates.unpersist()
@@ -305,7 +339,9 @@ class TemporalJoin:
         started: float,
         *,
         replayed: bool,
+        releases_all: bool = False,
     ) -> JoinBatchReport:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         o = self.options
@@ -327,15 +363,46 @@ class TemporalJoin:
             staged = staged.withColumn("_release", F.lit(False)).withColumn(
                 "_expired", F.lit(False)
             )
+        if releases_all:  # nothing waits, so nothing is over a bound
+            staged = staged.withColumn("_evict", F.lit(None).cast("string"))
+        else:
+            staged = self._apply_pending_bound(staged, plan)
 
-        counts = staged.agg(
-            F.count(F.lit(1)).alias("total"),
-            F.count(F.when(F.col("_release"), 1)).alias("release"),
-            F.count(F.when(F.col("_late"), 1)).alias("late"),
-            F.count(F.when(F.col("_expired"), 1)).alias("expired"),
-        ).first()
+        if releases_all:
+            # every row is new and releases (see _releases_everything): the counts are known
+            # without a pass over the rows
+            counts: Any = {
+                "total": arrived,
+                "release": arrived,
+                "late": 0,
+                "expired": 0,
+                "evicted_age": 0,
+                "evicted_rows": 0,
+            }
+        else:
+            counts = staged.agg(
+                F.count(F.lit(1)).alias("total"),
+                F.count(F.when(F.col("_release"), 1)).alias("release"),
+                F.count(F.when(F.col("_late"), 1)).alias("late"),
+                F.count(F.when(F.col("_expired"), 1)).alias("expired"),
+                F.count(F.when(F.col("_evict") == EVICTED_AGE, 1)).alias("evicted_age"),
+                F.count(F.when(F.col("_evict") == EVICTED_ROWS, 1)).alias("evicted_rows"),
+            ).first()
         late_n, expired_n = int(counts["late"]), int(counts["expired"])
-        pending_n = int(counts["total"]) - int(counts["release"]) - late_n - expired_n
+        evicted_age, evicted_rows = int(counts["evicted_age"]), int(counts["evicted_rows"])
+        evicted_n = evicted_age + evicted_rows
+        pending_n = int(counts["total"]) - int(counts["release"]) - late_n - expired_n - evicted_n
+        alert = self._bound_alert(plan, batch_id, evicted_age, evicted_rows, pending_n)
+        if alert is not None and o.on_pending_bound == "fail":
+            # before any write: the batch leaves no trace, a restart meets the same bound
+            raise PendingBoundError(
+                f"{alert}. on_pending_bound = 'fail' stopped the join before it wrote "
+                "anything. Raise the bound, set join.on_pending_bound = 'dead-letter' to move "
+                "the oldest rows to the dead-letter table, or get the build side moving (its "
+                "watermark holds the rows back; join.build_idle_timeout_ms for a quiet "
+                "dimension)",
+                setting="join.pending_max_age_ms" if evicted_age else "join.pending_max_rows",
+            )
 
         dead = self._dead_letters(bad, F.col("_parse_error_kind"), F.col("_parse_error"), batch_id)
         dead_n = bad_n + late_n
@@ -363,47 +430,106 @@ class TemporalJoin:
                     batch_id,
                 )
             )
+        if evicted_n:
+            dead_n += evicted_n
+            dead = dead.unionByName(
+                self._dead_letters(
+                    staged.filter(F.col("_evict").isNotNull()),
+                    F.col("_evict"),
+                    F.when(
+                        F.col("_evict") == EVICTED_AGE,
+                        F.lit(
+                            f"pending more than pending_max_age_ms = {plan.pending_max_age_ms} "
+                            f"behind the probe's time ({_age_reference(plan)}) without being "
+                            f"released: the watermark {plan.combined} held it back. Moved here "
+                            "by the pending bound (on_pending_bound = dead-letter); replay "
+                            "_raw_value into the probe input to join it"
+                        ),
+                    ).otherwise(
+                        F.lit(
+                            f"pending table over pending_max_rows = {plan.pending_max_rows}: "
+                            f"the oldest of {pending_n + evicted_rows} waiting rows were moved "
+                            "here by the pending bound (on_pending_bound = dead-letter); replay "
+                            "_raw_value into the probe input to join it"
+                        )
+                    ),
+                    batch_id,
+                )
+            )
         if dead_n:
-            append_dead_letters(dead, o.dead_letter_uri, app_id=o.pipeline_id, batch_id=batch_id)
+            # the plan goes with the dead letters: a replay that finds them but no output
+            # commit must decide as this attempt did (module docstring, "Exactly once")
+            append_dead_letters(
+                dead,
+                o.dead_letter_uri,
+                app_id=o.pipeline_id,
+                batch_id=batch_id,
+                metadata={
+                    "lakehouse.batchId": batch_id,
+                    "lakehouse.pipeline": o.pipeline_id,
+                    META_PLAN: plan.to_json(),
+                },
+            )
+        bound_meta: dict[str, Any] = {META_EVICTED: evicted_n}
+        if alert is not None:
+            bound_meta[META_PENDING_BOUND_ALERT] = alert
 
         released_n = matched_n = 0
         if can_join:
-            out = self._output(staged, plan, batch_id).persist()
-            try:
-                # computes the join once; the write below reads the cached rows
-                out_counts = out.agg(
-                    F.count(F.lit(1)).alias("n"), F.sum(F.col(MATCHED).cast("int")).alias("m")
-                ).first()
-                released_n = int(out_counts["n"])
-                matched_n = int(out_counts["m"] or 0)
-                failpoint("join.before_output", batch_id)
-                if o.join_type == "inner":
-                    out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
-                out = out.drop("_expired_row")
-                delta.append(
-                    out,
-                    o.output_uri,
-                    txn=(o.pipeline_id, batch_id),
-                    schema_mode="merge",
-                    metadata={
-                        "lakehouse.batchId": batch_id,
-                        "lakehouse.pipeline": o.pipeline_id,
-                        META_PLAN: plan.to_json(),
-                        "lakehouse.released": released_n,
-                        "lakehouse.matched": matched_n,
-                    },
-                    max_files=2,
-                )
-            finally:
-                out.unpersist()
+            # The released and matched counts are observed while the write computes the join
+            # (one pass over the rows, no cache) and go into the commit it then makes.
+            joined = self._output(staged, plan, batch_id)
+            observed = Observation(f"lakehouse-join-{o.pipeline_id}-{batch_id}")
+            counting = [
+                F.count(F.lit(1)).alias("n"),
+                F.sum(F.col(MATCHED).cast("int")).alias("m"),
+            ]
+            out = joined.observe(observed, *counting)
+            failpoint("join.before_output", batch_id)
+            if o.join_type == "inner":
+                out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
+            out = out.drop("_expired_row")
+
+            def output_metadata() -> dict[str, Any]:
+                nonlocal released_n, matched_n
+                metrics = observed.get
+                released_n, matched_n = int(metrics["n"]), int(metrics["m"] or 0)
+                return {
+                    "lakehouse.batchId": batch_id,
+                    "lakehouse.pipeline": o.pipeline_id,
+                    META_PLAN: plan.to_json(),
+                    "lakehouse.released": released_n,
+                    "lakehouse.matched": matched_n,
+                    **bound_meta,
+                }
+
+            written = delta.append(
+                out,
+                o.output_uri,
+                txn=(o.pipeline_id, batch_id),
+                schema_mode="merge",
+                metadata=output_metadata,
+                max_files=2,
+            )
+            if written.skipped:
+                # A replay whose output was committed before a crash: the write ran no job
+                # (so nothing was observed); the counts are for the report and the pending
+                # commit only.
+                recount = joined.agg(*counting).first()
+                released_n, matched_n = int(recount["n"]), int(recount["m"] or 0)
 
         failpoint("join.after_output", batch_id)
-        keep = staged.filter(~F.col("_release") & ~F.col("_late") & ~F.col("_expired"))
-        keep = keep.drop("_is_new", "_late", "_expired", "_release")
+        keep = staged.filter(
+            ~F.col("_release") & ~F.col("_late") & ~F.col("_expired") & F.col("_evict").isNull()
+        )
+        keep = keep.drop("_is_new", "_late", "_expired", "_release", "_evict")
+        if releases_all:
+            keep = keep.limit(0)  # nothing stays: no pass over the rows to find that out
         state = {
             "combined": plan.combined.to_dict(),
             "probeMaxTs": plan.probe_max_ts_ms,
             "buildVersion": plan.build_version,
+            "evictedTotal": self._evicted_total() + evicted_n,
         }
         delta.overwrite(
             keep,
@@ -419,6 +545,7 @@ class TemporalJoin:
                 "lakehouse.arrived": arrived,
                 "lakehouse.released": released_n,
                 "lakehouse.deadLettered": dead_n,
+                **bound_meta,
             },
         )
         failpoint("join.after_pending", batch_id)
@@ -434,7 +561,95 @@ class TemporalJoin:
             plan=plan,
             seconds=time.monotonic() - started,
             replayed_plan=replayed,
+            evicted=evicted_n,
+            bound_alert=alert,
         )
+
+    def _apply_pending_bound(self, staged: DataFrame, plan: ReleasePlan) -> DataFrame:
+        """Add ``_evict``: the pending bound's verdict (``pending_bound_age``,
+        ``pending_bound_rows`` or NULL) for each row that would otherwise stay pending.
+
+        First every waiting row more than ``pending_max_age_ms`` behind the probe's time;
+        then, when more than ``pending_max_rows`` remain, the oldest of them (event time, or
+        arrival batch when the probe watermark is processing time; ties by source position,
+        which makes the order total, so a replay picks the same rows). Only the plan and the
+        rows decide, never the clock.
+        """
+        from pyspark.sql import functions as F
+
+        waiting = ~F.col("_release") & ~F.col("_late") & ~F.col("_expired")
+        verdict = F.lit(None).cast("string")
+        age = _age_ms(plan)
+        if plan.pending_max_age_ms is not None and age is not None:
+            verdict = F.when(waiting & (age > F.lit(plan.pending_max_age_ms)), F.lit(EVICTED_AGE))
+        staged = staged.withColumn("_evict", verdict)
+        if plan.pending_max_rows is None:
+            return staged
+        remaining = staged.filter(waiting & F.col("_evict").isNull())
+        over = remaining.count() - plan.pending_max_rows
+        if over <= 0:
+            return staged
+        position = [ARRIVAL_BATCH, PROBE_TOPIC, PROBE_PARTITION, PROBE_OFFSET]
+        oldest = (
+            [ARRIVAL_BATCH]
+            if plan.probe.use_processing_time
+            else [F.coalesce(F.col("_t_ms"), F.lit(WATERMARK_MIN)).asc()]
+        )
+        victims = (
+            remaining.orderBy(*oldest, *position)
+            .limit(over)
+            .select(*position)
+            .distinct()
+            .withColumn("_victim", F.lit(True))
+        )
+        columns = staged.columns
+        return (
+            staged.join(victims, on=position, how="left")
+            .withColumn(
+                "_evict",
+                F.coalesce(F.col("_evict"), F.when(F.col("_victim"), F.lit(EVICTED_ROWS))),
+            )
+            .select(*columns)
+        )
+
+    def _bound_alert(
+        self,
+        plan: ReleasePlan,
+        batch_id: int,
+        evicted_age: int,
+        evicted_rows: int,
+        pending: int,
+    ) -> str | None:
+        """The alert text of a batch that hit the pending bound (None when it did not)."""
+        if not evicted_age and not evicted_rows:
+            return None
+        parts = []
+        if evicted_age:
+            parts.append(
+                f"{evicted_age} row(s) more than pending_max_age_ms = {plan.pending_max_age_ms} "
+                f"behind the probe's time ({_age_reference(plan)})"
+            )
+        if evicted_rows:
+            parts.append(
+                f"{pending + evicted_rows} row(s) waiting, over pending_max_rows = "
+                f"{plan.pending_max_rows} by {evicted_rows}"
+            )
+        return (
+            f"pending bound hit by join '{self.options.pipeline_id}' batch {batch_id}: "
+            + "; ".join(parts)
+            + f" (watermarks: combined {plan.combined}, probe {plan.probe}, build {plan.build})"
+        )
+
+    def _evicted_total(self) -> int:
+        """Rows evicted by the pending bound over the join's life, as of the last batch."""
+        o = self.options
+        if not delta.table_exists(o.pending_uri):
+            return 0
+        for entry in delta.history(o.pending_uri, limit=8):
+            text = entry.metadata.get(META_STATE)
+            if text:
+                return int(json.loads(text).get("evictedTotal", 0))
+        return 0
 
     def _output(self, staged: DataFrame, plan: ReleasePlan, batch_id: int) -> DataFrame:
         """Joined output rows of this batch (matched or not, plus expired ones when they are
@@ -558,6 +773,8 @@ class TemporalJoin:
             build_status=build_status,
             probe_max_ts_ms=probe_max,
             decided_at_ms=now,
+            pending_max_rows=o.pending_max_rows,
+            pending_max_age_ms=o.pending_max_age_ms,
         )
 
     def strategy(self) -> WatermarkStrategy[int]:
@@ -584,6 +801,21 @@ class TemporalJoin:
         generator.on_periodic_emit(output)
         return output.current_watermark
 
+    def _releases_everything(self, plan: ReleasePlan) -> bool:
+        """Whether this batch provably releases every row it holds: processing time with a
+        joinable build (the marker is set), an empty pending table (read from the table), and
+        no late rule that could catch a new row. Then no row is late, expired, evicted or
+        kept, and the batch needs no pass over its rows to count them.
+
+        Only for a fresh decision: a replayed plan takes the general path."""
+        o = self.options
+        late_rule = o.late_policy == "dead-letter" and not plan.previous.use_processing_time
+        if late_rule or not plan.combined.use_processing_time or plan.build_version is None:
+            return False
+        # the table itself, not a figure remembered from an earlier batch: rows left waiting
+        # before the marker was set must be released, never replaced by an empty table
+        return not delta.table_exists(o.pending_uri) or delta.row_count(o.pending_uri) == 0
+
     def _nothing_to_do(self, plan: ReleasePlan) -> bool:
         """Whether a batch without new rows would write the same tables as the last batch:
         the combined watermark and the pinned build version are those the last batch used,
@@ -594,6 +826,10 @@ class TemporalJoin:
         last = self._last_state()
         if last is None:
             return False
+        if o.pending_max_rows is not None and self._last_pending > o.pending_max_rows:
+            return False  # the bound was lowered since the last batch: apply it now
+        if o.pending_max_age_ms is not None and plan.probe.use_processing_time:
+            return False  # arrival-time age grows with the clock, like the TTL
         return (
             o.pending_ttl_ms is None
             and plan.combined == last["combined"]
@@ -625,7 +861,7 @@ class TemporalJoin:
     def _recorded_plan(self, batch_id: int) -> ReleasePlan | None:
         o = self.options
         if not _recorded(o.output_uri, o.pipeline_id, batch_id):
-            return None
+            return self._dead_letter_plan(batch_id)
         for entry in delta.history(o.output_uri, limit=16):
             meta = entry.metadata
             if meta.get("lakehouse.batchId") == str(batch_id) and META_PLAN in meta:
@@ -636,6 +872,23 @@ class TemporalJoin:
             "changed by something else",
             table_uri=o.output_uri,
         )
+
+    def _dead_letter_plan(self, batch_id: int) -> ReleasePlan | None:
+        """The plan recorded with this batch's dead letters, when the first attempt wrote them
+        but not the output (None otherwise, and for dead letters written before plans were
+        recorded with them)."""
+        o = self.options
+        if not _recorded(o.dead_letter_uri, o.pipeline_id, batch_id):
+            return None
+        for entry in delta.history(o.dead_letter_uri, limit=16):
+            meta = entry.metadata
+            if (
+                meta.get("lakehouse.batchId") == str(batch_id)
+                and meta.get("lakehouse.pipeline") == o.pipeline_id
+                and META_PLAN in meta
+            ):
+                return ReleasePlan.from_json(meta[META_PLAN])
+        return None
 
     def _parse(self, raw: DataFrame) -> DataFrame:
         """Parse raw probe records: typed columns, ``_t_ms`` (event time, epoch ms), source
@@ -777,6 +1030,30 @@ def _covers(watermark: Watermark, t_ms: Column) -> Column:
     if watermark.timestamp == WATERMARK_MIN:
         return F.lit(False)
     return t_ms.isNotNull() & (t_ms <= F.lit(watermark.timestamp))
+
+
+def _age_ms(plan: ReleasePlan) -> Column | None:
+    """A waiting row's age for the pending bound, in the probe's own time: how far its event
+    time is behind the probe watermark, or (probe in processing time) how long ago it arrived.
+
+    Event time, not arrival time, where there is one: the answer then depends on the data
+    only, not on how fast or in how many batches it was processed, and it measures what the
+    bound is for (rows the probe stream has long passed, held back by the build side). None
+    while the probe watermark is still MIN (no probe time seen: nothing is old yet).
+    """
+    from pyspark.sql import functions as F
+
+    if plan.probe.use_processing_time:
+        return F.lit(plan.decided_at_ms) - F.unix_millis(F.col(ARRIVED_AT))
+    if plan.probe.timestamp == WATERMARK_MIN:
+        return None
+    return F.lit(plan.probe.timestamp) - F.col("_t_ms")
+
+
+def _age_reference(plan: ReleasePlan) -> str:
+    if plan.probe.use_processing_time:
+        return f"arrival time, against the decision time {plan.decided_at_ms} ms"
+    return f"event time, against the probe watermark {plan.probe}"
 
 
 def _recorded(uri: str, app_id: str, batch_id: int) -> bool:

@@ -12,6 +12,7 @@ JoinType = Literal["inner", "left"]
 WatermarkKind = Literal["bounded", "ascending", "none"]
 LatePolicy = Literal["join", "dead-letter"]
 ExpiryPolicy = Literal["release", "dead-letter"]
+PendingBoundPolicy = Literal["dead-letter", "fail"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,19 @@ class JoinOptions:
         expiry_policy: see ``pending_ttl_ms``.
         build_prefix: prefix for the build table's columns in the output (needed when a
             build column has the name of a probe column).
+        pending_max_rows: the most rows the pending table may hold after a batch. When more
+            would stay, the oldest (see ``pending_max_age_ms`` for "old") go to the
+            dead-letter table (``_error_kind = 'pending_bound_rows'``) or the batch fails, by
+            ``on_pending_bound``. None: unbounded.
+        pending_max_age_ms: the oldest a pending row may be, measured in the probe's own
+            time: in event time, how far its time is behind the probe watermark (the probe
+            stream's progress, which does not wait for the build side); when the probe
+            watermark is processing time (``watermark = 'none'``), how long ago it arrived.
+            Rows older go to the dead-letter table (``pending_bound_age``) or fail the
+            batch. None: unbounded.
+        on_pending_bound: ``dead-letter`` (move the rows over the bound to the dead-letter
+            table, whence they can be replayed) or ``fail`` (stop the query with
+            :class:`~lakehouse.errors.PendingBoundError` before the batch writes anything).
     """
 
     build_uri: str
@@ -69,6 +83,9 @@ class JoinOptions:
     pending_ttl_ms: int | None = None
     expiry_policy: ExpiryPolicy = "release"
     build_prefix: str = ""
+    pending_max_rows: int | None = None
+    pending_max_age_ms: int | None = None
+    on_pending_bound: PendingBoundPolicy = "dead-letter"
 
     def __post_init__(self) -> None:
         def bad(setting: str, message: str) -> ConfigError:
@@ -106,7 +123,17 @@ class JoinOptions:
             )
         if self.out_of_orderness_ms < 0:
             raise bad("out_of_orderness_ms", f"must be >= 0, got {self.out_of_orderness_ms}")
-        for name in ("build_idle_timeout_ms", "pending_ttl_ms"):
+        if self.on_pending_bound not in ("dead-letter", "fail"):
+            raise bad(
+                "on_pending_bound",
+                f"must be 'dead-letter' or 'fail', got {self.on_pending_bound!r}",
+            )
+        for name in (
+            "build_idle_timeout_ms",
+            "pending_ttl_ms",
+            "pending_max_rows",
+            "pending_max_age_ms",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise bad(name, f"must be > 0 (or unset to disable), got {value}")

@@ -668,7 +668,8 @@ def _malformed_dead_letters(
     spark: SparkSession, uri: str | None, version: int | None, ledger: Ledger
 ) -> dict[int, int]:
     """Dead letters of the ledger's batches that never counted as arrived: rows of the
-    join's pipeline(s) whose ``_error_kind`` is neither ``late`` nor ``expired``."""
+    join's pipeline(s) whose ``_error_kind`` is not one of a probe row that had arrived
+    (``late``, ``expired``, or evicted by the pending bound)."""
     if uri is None or version is None or not ledger.records:
         return {}
     from pyspark.sql import functions as F
@@ -676,7 +677,8 @@ def _malformed_dead_letters(
     pipelines = sorted({r.pipeline for r in ledger.records if r.pipeline})
     batches = sorted({r.batch_id for r in ledger.records})
     df = delta.read(spark, uri, version=version).filter(
-        F.col("_batch_id").isin(batches) & ~F.col("_error_kind").isin("late", "expired")
+        F.col("_batch_id").isin(batches)
+        & ~F.col("_error_kind").isin("late", "expired", "pending_bound_age", "pending_bound_rows")
     )
     if pipelines:
         df = df.filter(F.col("_pipeline").isin(pipelines))
