@@ -8,6 +8,9 @@ anything to the driver. Every record yields exactly one output row:
 * ``_kind = 'change'``: a change event; the row image is ``_row_json`` (typed values as
   JSON that Spark's ``from_json`` parses into the column types listed in ``_row_columns``);
 * ``_kind = 'tombstone' | 'transaction' | 'schema_change'``: recognised, not a row change;
+  for a schema change (DDL), ``_schema_change`` is its JSON summary (:func:`schema_change_json`)
+  and ``_source_table`` the first table it concerns (``db.table``), so the sink can record it
+  with the build table it concerns;
 * ``_kind = 'error'``: not decodable; ``_error_kind`` and ``_error`` say why. The raw bytes
   are kept, so the record can go to the dead-letter table.
 
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 DECODED_DDL: Final = (
     "_kind string, _error_kind string, _error string, _op string, _source_table string, "
     "_snapshot_phase string, _event_time_ms bigint, _seq string, _row_json string, "
-    "_row_columns string, _key_json string, _key_columns string, "
+    "_row_columns string, _key_json string, _key_columns string, _schema_change string, "
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
 )
 
@@ -51,6 +54,7 @@ _OUT_FIELDS: Final = (
     "_row_columns",
     "_key_json",
     "_key_columns",
+    "_schema_change",
 )
 _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -97,11 +101,57 @@ def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> 
     elif isinstance(decoded, TransactionMarker):
         out["_kind"] = "transaction"
     elif isinstance(decoded, SchemaChange):
+        try:
+            summary = schema_change_summary(decoded)
+        except Exception as e:  # a decoder bug; the record is kept with the reason
+            out.update(_kind="error", _error_kind="internal_error", _error=f"schema change: {e}")
+            return out
         out["_kind"] = "schema_change"
-        out["_source_table"] = getattr(decoded, "db", None)
+        out["_source_table"] = summary["tables"][0] if summary["tables"] else decoded.db
+        out["_event_time_ms"] = decoded.event_time_ms
+        out["_schema_change"] = json.dumps(summary, ensure_ascii=False)
     else:  # pragma: no cover - the decoder's result type is closed
         out.update(_kind="error", _error_kind="internal_error", _error=repr(decoded))
     return out
+
+
+#: Longest DDL text kept in a schema-change summary (the rest is cut, with a marker).
+MAX_DDL_CHARS: Final = 2000
+
+
+def _table_id(raw: str) -> str:
+    """``"db"."table"`` (Debezium's table id) -> ``db.table``."""
+    return ".".join(part.strip('"`') for part in raw.split(".") if part.strip('"`'))
+
+
+def schema_change_summary(change: SchemaChange) -> dict[str, Any]:
+    """What the sink records of a Debezium schema-change event: the DDL (cut at
+    :data:`MAX_DDL_CHARS`), the tables it concerns (``db.table``, from ``tableChanges``, else
+    ``source.db`` + ``source.table``), the change types, the columns after the change, and the
+    event time.
+
+    >>> from lakehouse.cdc import decode_message
+    >>> ddl = decode_message(b'{"ddl": "ALTER TABLE t ADD c INT", "databaseName": "db", '
+    ...                      b'"source": {"db": "db", "table": "t", "ts_ms": 5}}')
+    >>> schema_change_summary(ddl)["tables"], schema_change_summary(ddl)["ts_ms"]
+    (['db.t'], 5)
+    """
+    tables = [_table_id(c.id) for c in change.table_changes if c.id]
+    if not tables and change.table:
+        prefix = change.schema_name or change.db
+        tables = [f"{prefix}.{change.table}" if prefix else change.table]
+    ddl = change.ddl
+    if ddl is not None and len(ddl) > MAX_DDL_CHARS:
+        ddl = ddl[:MAX_DDL_CHARS] + f"... ({len(change.ddl or '')} characters)"
+    return {
+        "ddl": ddl,
+        "tables": list(dict.fromkeys(tables)),
+        "changes": [
+            {"type": c.type, "table": _table_id(c.id), "columns": list(c.columns)}
+            for c in change.table_changes
+        ],
+        "ts_ms": change.event_time_ms,
+    }
 
 
 def _decode_batches(max_bytes: int) -> Any:

@@ -61,6 +61,10 @@ PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
 PROP_EVENT_TIME: Final = "lakehouse.eventTime"
 PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
 PROP_TABLE_KIND: Final = "lakehouse.tableKind"
+#: JSON of the open schema block (:mod:`lakehouse.build.schema_block`); empty when none.
+PROP_SCHEMA_BLOCK: Final = "lakehouse.schema.block"
+#: JSON of the last resolved block, with the operator's reason and what the replay did.
+PROP_SCHEMA_LAST_RESOLVED: Final = "lakehouse.schema.lastResolved"
 
 # Commit metadata keys of the build sink's commits.
 META_BATCH_ID: Final = "lakehouse.batchId"
@@ -74,6 +78,15 @@ META_PIPELINE: Final = "lakehouse.pipeline"
 META_SNAPSHOT_STATE: Final = "lakehouse.snapshotState"
 #: Rows the batch added as synthetic deletes at the end of a re-snapshot.
 META_SYNTHETIC_DELETES: Final = "lakehouse.syntheticDeletes"
+
+#: Records of this table the batch dead-lettered because of the schema block
+#: (``schema_mismatch`` and ``schema_blocked``), and the running total since the block.
+META_SCHEMA_BLOCKED: Final = "lakehouse.schemaBlocked"
+META_SCHEMA_BLOCKED_TOTAL: Final = "lakehouse.schemaBlockedTotal"
+#: JSON list of the Debezium schema-change (DDL) events of this table the batch read.
+META_SCHEMA_CHANGES: Final = "lakehouse.schemaChanges"
+#: JSON of what ``lakehouse schema-resolve`` did (on its replay commit).
+META_SCHEMA_RESOLVED: Final = "lakehouse.schemaResolved"
 
 #: ``_kafka_topic`` of the synthetic deletes that end a re-snapshot (no source record).
 SYNTHETIC_DELETE_TOPIC: Final = "__lakehouse.resnapshot__"

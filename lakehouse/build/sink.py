@@ -57,6 +57,14 @@ from lakehouse.build.marker import (
     set_marker,
     start_resnapshot,
 )
+from lakehouse.build.schema_block import (
+    SchemaBlock,
+    blocked_total,
+    fits,
+    now_iso,
+    open_block,
+    set_block,
+)
 from lakehouse.build.signals import (
     BatchEvidence,
     Decision,
@@ -145,6 +153,9 @@ class TargetReport:
     alert: str | None = None
     resnapshot_started: bool = False
     synthetic_deletes: int = 0
+    schema_block: str | None = None
+    schema_blocked_now: bool = False
+    schema_changes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +334,7 @@ class BuildSink:
             True,
             phase=phase_of(props),
             alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
+            schema_block=_block_text(target.table_uri, open_block(props)),
         )
 
     def _read_signals(self, signal_df: DataFrame | None) -> _Signals:
@@ -376,18 +388,7 @@ class BuildSink:
     ) -> BatchReport:
         from pyspark.sql import functions as F
 
-        summary = (
-            decoded.groupBy(
-                "_kind",
-                "_error_kind",
-                "_source_table",
-                "_snapshot_phase",
-                "_row_columns",
-                "_key_columns",
-            )
-            .agg(F.count(F.lit(1)).alias("n"), F.max("_event_time_ms").alias("max_ts"))
-            .collect()
-        )
+        summary = _summarise(decoded)
         offsets_rows = (
             decoded.groupBy("topic", "partition").agg(F.max("offset").alias("o")).collect()
         )
@@ -415,6 +416,7 @@ class BuildSink:
         if signals.invalid:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
+        ddl_events = _schema_changes(decoded) if kinds.get("schema_change") else []
 
         rejected: list[DataFrame] = [
             self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)
@@ -430,7 +432,17 @@ class BuildSink:
                 if target.source_table is None or r["_source_table"] == target.source_table
             ]
             routed += sum(r["n"] for r in mine)
-            plan = _plan_target(decoded, target, mine, batch_id)
+            block = None
+            if delta.table_exists(target.table_uri):
+                block = open_block(delta.get_properties(target.table_uri))
+            if block is not None and block.batch_id >= batch_id:
+                block = None  # the batch that met the block (a replay): decide as it did
+            plan = _plan_target(decoded, target, mine, batch_id, block=block)
+            plan.schema_changes = [
+                d
+                for d in ddl_events
+                if target.source_table is None or target.source_table in d["tables"]
+            ]
             plans.append(plan)
             if plan.rejected is not None:
                 rejected.append(self._dead_letters(plan.rejected, batch_id))
@@ -496,6 +508,18 @@ class BuildSink:
             for why in decision.ignored:
                 log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
             reports.append(self._commit_target(plan, decision, batch_id, end_offsets))
+        routed_ddl = {
+            id(d) for p in plans for d in p.schema_changes if delta.table_exists(p.target.table_uri)
+        }
+        for d in ddl_events:
+            if id(d) not in routed_ddl:
+                log.info(
+                    "batch %d: schema change of %s not recorded in a build table (no configured "
+                    "table with rows for it yet): %s",
+                    batch_id,
+                    ", ".join(d["tables"]) or "an unknown table",
+                    d["ddl"],
+                )
         return BatchReport(
             batch_id=batch_id,
             records=sum(kinds.values()),
@@ -607,6 +631,10 @@ class BuildSink:
                 if max_ts is None
                 else max(WATERMARK_MIN, max_ts - target.out_of_orderness_ms - 1)
             )
+            block, new_block = self._schema_block(plan, props, batch_id, replay, watermark)
+            if block is not None:
+                # the dimension misses a change from the block on: hold the watermark there
+                watermark = block.watermark_ms
             to_write = rows if rows is not None else _empty_like(uri)
             ends_resnapshot = decision.fire is not None and (
                 phase_before == "resnapshot" or decision.start_resnapshot
@@ -631,6 +659,13 @@ class BuildSink:
                 metadata[L.META_SNAPSHOT_ENDED] = decision.fire.signal
             if synthetic_count:
                 metadata[L.META_SYNTHETIC_DELETES] = synthetic_count
+            blocked_so_far = 0
+            if block is not None:
+                blocked_so_far = plan.blocked_count + (0 if new_block else blocked_total(uri))
+                metadata[L.META_SCHEMA_BLOCKED] = plan.blocked_count
+                metadata[L.META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
+            if plan.schema_changes:
+                metadata[L.META_SCHEMA_CHANGES] = plan.schema_changes[:_MAX_DDL_PER_COMMIT]
             result = delta.append(
                 to_write,
                 uri,
@@ -672,6 +707,10 @@ class BuildSink:
             record_notification(uri, decision.notification, state.alert, batch_id=batch_id)
         if state.alert is not None and decision.alert_changed:
             log.warning("build table %s: snapshot alert: %s", uri, state.alert)
+        if block is not None and not result.skipped:
+            log.warning("build table %s: %s", uri, block.describe(blocked_so_far))
+        for ddl in plan.schema_changes:
+            log.info("build table %s: schema change recorded: %s", uri, ddl["ddl"])
         props = delta.get_properties(uri)
         return TargetReport(
             table_uri=uri,
@@ -689,7 +728,54 @@ class BuildSink:
             alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
             resnapshot_started=decision.start_resnapshot and not result.skipped,
             synthetic_deletes=synthetic_count,
+            schema_block=None if block is None else block.describe(blocked_so_far),
+            schema_blocked_now=new_block and not result.skipped,
+            schema_changes=len(plan.schema_changes),
         )
+
+    def _schema_block(
+        self,
+        plan: _TargetPlan,
+        props: Mapping[str, str],
+        batch_id: int,
+        replay: bool,
+        normal: int,
+    ) -> tuple[SchemaBlock | None, bool]:
+        """The schema block in force for this batch's commit, and whether it starts now.
+
+        A block starts in the batch that meets the first incompatible record: it is
+        recorded (a commit before the data commit) with the watermark capped below that
+        record's event time, and never lower than the watermark already committed. A replay
+        of that batch finds its own block and reuses it.
+        """
+        if plan.active_block is not None:
+            return plan.active_block, False
+        evidence = plan.evidence
+        if evidence is None:
+            return None, False
+        uri = plan.target.table_uri
+        existing = open_block(props)
+        if existing is not None and existing.batch_id == batch_id:
+            return existing, True
+        previous_wm = last_watermark(uri)
+        cap = normal if evidence.first_event_time_ms is None else evidence.first_event_time_ms - 1
+        block = SchemaBlock(
+            column=evidence.column,
+            table_type=evidence.table_type,
+            record_type=evidence.record_type,
+            since_version=delta.latest_version(uri) + 1,
+            batch_id=batch_id,
+            pipeline=self.pipeline_id,
+            first_offset=evidence.first_offset,
+            first_event_time_ms=evidence.first_event_time_ms,
+            watermark_ms=max(previous_wm, min(normal, cap)),
+            blocked_at=now_iso(),
+            reason=evidence.reason,
+        )
+        if not replay:
+            set_block(uri, block)
+            log.error("build table %s: %s", uri, block.describe())
+        return block, True
 
 
 def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
@@ -808,6 +894,22 @@ def _synthetic_deletes(
 # ---------------------------------------------------------------------------------- planning
 
 
+#: Schema-change events recorded in one data commit's metadata at most (the rest: log only).
+_MAX_DDL_PER_COMMIT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class _BlockEvidence:
+    """The first incompatible record of a batch (it starts a schema block)."""
+
+    column: str
+    table_type: str
+    record_type: str
+    reason: str
+    first_offset: dict[str, Any]
+    first_event_time_ms: int | None
+
+
 @dataclass(slots=True)
 class _TargetPlan:
     target: BuildTarget
@@ -815,13 +917,69 @@ class _TargetPlan:
     rows: DataFrame | None
     rejected: DataFrame | None
     rejected_count: int
+    evidence: _BlockEvidence | None = None
+    active_block: SchemaBlock | None = None
+    blocked_count: int = 0
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _summarise(decoded: DataFrame) -> list[Any]:
+    """Per record kind, error kind, source table, phase and column set: count, max time."""
+    from pyspark.sql import functions as F
+
+    return (
+        decoded.groupBy(
+            "_kind",
+            "_error_kind",
+            "_source_table",
+            "_snapshot_phase",
+            "_row_columns",
+            "_key_columns",
+        )
+        .agg(F.count(F.lit(1)).alias("n"), F.max("_event_time_ms").alias("max_ts"))
+        .collect()
+    )
+
+
+def _schema_changes(decoded: DataFrame) -> list[dict[str, Any]]:
+    """The batch's Debezium schema-change (DDL) events, in source order, with positions."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        decoded.filter(F.col("_kind") == "schema_change")
+        .select("_schema_change", "topic", "partition", "offset")
+        .orderBy("topic", "partition", "offset")
+        .collect()
+    )
+    out = []
+    for r in rows:
+        event = json.loads(r["_schema_change"])
+        event.update(topic=r["topic"], partition=int(r["partition"]), offset=int(r["offset"]))
+        out.append(event)
+    return out
+
+
+def _block_text(uri: str, block: SchemaBlock | None) -> str | None:
+    return None if block is None else block.describe(blocked_total(uri))
 
 
 def _plan_target(
-    decoded: DataFrame, target: BuildTarget, summary: list[Any], batch_id: int
+    decoded: DataFrame,
+    target: BuildTarget,
+    summary: list[Any],
+    batch_id: int,
+    *,
+    block: SchemaBlock | None = None,
+    replay: bool = False,
 ) -> _TargetPlan:
-    """Decide the columns, key and snapshot signal of one target for this batch, and build
-    (lazily) the DataFrames of its new versions and of its rejected records."""
+    """Decide the columns, key and schema-block handling of one target for this batch, and
+    build (lazily) the DataFrames of its new versions and of its rejected records.
+
+    Args:
+        block: the table's open schema block, which holds back every change of this batch.
+        replay: planning the dead letters of a block again (:mod:`.schema_block`): records
+            that do not fit are rejected, but start no block and hold nothing back.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -835,26 +993,35 @@ def _plan_target(
     # Column types: the table's where it has the column, else the first concrete type seen.
     chosen: dict[str, DataType] = dict(table_types)
     order: list[str] = [n for n in table_types if n not in L.LINEAGE_COLUMNS]
+    untyped: list[str] = []  # new columns seen only as NULL so far
     compatible: list[str] = []
-    incompatible: dict[str, str] = {}
+    # column set -> (column, record type, table type, reason)
+    incompatible: dict[str, tuple[str, str, str, str]] = {}
     for r in summary:
         cols = [(n, _parse_type(t)) for n, t in json.loads(r["_row_columns"] or "[]")]
         clash = next(
-            ((n, t) for n, t in cols if t is not None and n in chosen and chosen[n] != t), None
+            ((n, t) for n, t in cols if t is not None and n in chosen and not fits(t, chosen[n])),
+            None,
         )
         if clash is not None:
             name, typ = clash
             incompatible[r["_row_columns"]] = (
+                name,
+                typ.simpleString(),
+                chosen[name].simpleString(),
                 f"column '{name}' has type {typ.simpleString()} in this record but "
-                f"{chosen[name].simpleString()} in build table '{uri}'"
+                f"{chosen[name].simpleString()} in build table '{uri}'",
             )
             continue
         compatible.append(r["_row_columns"])
         for n, t in cols:
-            if n not in order:
-                order.append(n)
-            if t is not None and n not in chosen:
+            if n in chosen or n in order:
+                continue
+            if t is not None:
                 chosen[n] = t
+                order.append(n)
+            elif n not in untyped:
+                untyped.append(n)
 
     key_columns = tuple(target.key_columns)
     if not key_columns and exists:
@@ -866,8 +1033,33 @@ def _plan_target(
             if seen:
                 key_columns = seen
                 break
+    # A new column seen only as NULL is left out until a value gives it a type (its NULLs
+    # read as NULL anyway); fixing it as string now would block the table on its first
+    # value. Key and event-time columns are needed now: they fall back to string.
+    for n in untyped:
+        if n not in order and (n in key_columns or n == target.event_time_column):
+            order.append(n)
     if not summary:
         return _TargetPlan(target, key_columns, None, None, 0)
+
+    mine = decoded.filter(F.col("_kind") == "change")
+    if target.source_table is not None:
+        mine = mine.filter(F.col("_source_table") == target.source_table)
+    if block is not None:
+        # blocked: every change of the table is held back (module .schema_block)
+        held = mine.withColumn("_error_kind", F.lit("schema_blocked")).withColumn(
+            "_error",
+            F.lit(
+                f"build table '{uri}' is blocked on schema since version "
+                f"{block.since_version} (column {block.column} changed {block.table_type} "
+                f"-> {block.record_type}); held back until `lakehouse schema-resolve`"
+            ),
+        )
+        count = sum(r["n"] for r in summary)
+        return _TargetPlan(
+            target, key_columns, None, held, count, active_block=block, blocked_count=count
+        )
+
     if not key_columns:
         raise ConfigError(
             f"build table '{uri}': no key columns configured and the records carry no Debezium "
@@ -892,16 +1084,21 @@ def _plan_target(
     from pyspark.sql.types import StringType
 
     value_struct = StructType([StructField(n, chosen.get(n, StringType()), True) for n in order])
-    mine = decoded.filter(F.col("_kind") == "change")
-    if target.source_table is not None:
-        mine = mine.filter(F.col("_source_table") == target.source_table)
 
     reason = F.lit(None).cast("string")
     kind = F.lit(None).cast("string")
+    evidence: _BlockEvidence | None = None
+    held_count = 0
     if incompatible:
-        mapping = F.create_map(*[x for k, v in incompatible.items() for x in (F.lit(k), F.lit(v))])
+        mapping = F.create_map(
+            *[x for k, v in incompatible.items() for x in (F.lit(k), F.lit(v[3]))]
+        )
         reason = mapping[F.col("_row_columns")]
         kind = F.when(reason.isNotNull(), F.lit("schema_mismatch"))
+        if not replay:
+            evidence, held, held_count = _block_evidence(mine, incompatible, uri)
+            reason = F.when(reason.isNotNull(), reason).when(held.isNotNull(), held)
+            kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
     parsed = F.from_json(F.coalesce(F.col("_row_json"), F.col("_key_json")), value_struct)
     mine = mine.withColumn("_v", parsed)
     event_time = _event_time_expr(target, F.col("_v"), chosen)
@@ -948,8 +1145,71 @@ def _plan_target(
         F.col("partition").alias(L.KAFKA_PARTITION),
         F.col("offset").alias(L.KAFKA_OFFSET),
     )
-    rejected_count = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
-    return _TargetPlan(target, key_columns, rows, rejected, rejected_count)
+    mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
+    return _TargetPlan(
+        target,
+        key_columns,
+        rows,
+        rejected,
+        mismatched + held_count,
+        evidence=evidence,
+        blocked_count=mismatched + held_count if evidence is not None else 0,
+    )
+
+
+def _block_evidence(
+    mine: DataFrame, incompatible: Mapping[str, tuple[str, str, str, str]], uri: str
+) -> tuple[_BlockEvidence, Column, int]:
+    """The first incompatible record of the batch, and which compatible records it holds
+    back: those of the same topic-partition at later offsets (Debezium keeps a key in one
+    partition, so these may be later changes of its key). Runs two small aggregations."""
+    from pyspark.sql import functions as F
+
+    bad = mine.filter(F.col("_row_columns").isin(*incompatible))
+    firsts = bad.groupBy("topic", "partition").agg(F.min("offset").alias("o")).collect()
+    first = (
+        bad.orderBy(F.col("_event_time_ms").asc_nulls_last(), "topic", "partition", "offset")
+        .select("_row_columns", "topic", "partition", "offset", "_event_time_ms")
+        .first()
+    )
+    assert first is not None
+    column, record_type, table_type, reason = incompatible[first["_row_columns"]]
+    min_ts = bad.agg(F.min("_event_time_ms")).first()[0]
+    evidence = _BlockEvidence(
+        column=column,
+        table_type=table_type,
+        record_type=record_type,
+        reason=reason,
+        first_offset={
+            "topic": first["topic"],
+            "partition": int(first["partition"]),
+            "offset": int(first["offset"]),
+        },
+        first_event_time_ms=None if min_ts is None else int(min_ts),
+    )
+    starts = F.create_map(
+        *[
+            x
+            for r in firsts
+            for x in (F.lit(f"{r['topic']}\u0000{r['partition']}"), F.lit(int(r["o"])))
+        ]
+    )
+    start = starts[F.concat_ws("\u0000", F.col("topic"), F.col("partition").cast("string"))]
+    is_held = (
+        start.isNotNull()
+        & (F.col("offset") > start)
+        & F.coalesce(~F.col("_row_columns").isin(*incompatible), F.lit(True))
+    )
+    held = F.when(
+        is_held,
+        F.lit(
+            f"build table '{uri}' is blocked on schema (column {column} changed {table_type} -> "
+            f"{record_type} in an earlier record of this partition); held back until "
+            "`lakehouse schema-resolve`"
+        ),
+    )
+    held_count = mine.filter(is_held).count()
+    return evidence, held, held_count
 
 
 def _event_time_expr(target: BuildTarget, row: Column, types: Mapping[str, DataType]) -> Column:

@@ -37,7 +37,8 @@ Decisions (documented contract):
 * **Lone UTF-16 surrogates** (``"\\ud800"`` escapes without their pair) cannot be written
   as UTF-8 by Arrow, Spark or Delta and raise ``encoding``, like invalid UTF-8 bytes.
 * **Event time**: ``source.ts_ms``, or the envelope ``ts_ms`` when ``source.ts_ms`` is
-  missing or null. A ``0`` (legacy MySQL snapshots) is kept as 0.
+  missing or null. A ``0`` (legacy MySQL snapshots) is kept as 0. One outside years 1 to
+  9999 raises ``invalid_value`` (no timestamp column can hold it).
 * **Key**: decoded like a row image; a key that is not JSON, not an object, or fails to
   decode gives ``key=None`` and ``key_columns=()``, never an error.
 * **Size**: values over ``max_bytes`` (default 16 MiB) raise ``too_large``; keys over it are
@@ -252,10 +253,21 @@ def _invalid(model: str, e: ValidationError) -> CdcDecodeError:
     )
 
 
+#: Event times a timestamp column can hold (years 1 to 9999), in epoch milliseconds.
+MIN_EVENT_TIME_MS: Final = -62_135_596_800_000
+MAX_EVENT_TIME_MS: Final = 253_402_300_799_999
+
+
 def _event_time(source: SourceInfo | None, ts_ms: int | None) -> int | None:
-    if source is not None and source.ts_ms is not None:
-        return source.ts_ms
-    return ts_ms
+    value = source.ts_ms if source is not None and source.ts_ms is not None else ts_ms
+    if value is not None and not MIN_EVENT_TIME_MS <= value <= MAX_EVENT_TIME_MS:
+        # beyond what a timestamp (and a 64-bit column) holds: the record cannot be placed
+        raise CdcDecodeError(
+            f"event time {value} ms (source.ts_ms, else ts_ms) is outside the timestamp "
+            "range (years 1 to 9999)",
+            kind="invalid_value",
+        )
+    return value
 
 
 def _decode_key(

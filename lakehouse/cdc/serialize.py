@@ -12,7 +12,7 @@ Python value           JSON written                                    Spark typ
 ``datetime``           ``"YYYY-MM-DDTHH:MM:SS.ffffffZ"`` (in UTC)      ``timestamp``
 ``bytes``              base64 string                                   ``binary``
 ``time``               ``"HH:MM:SS.ffffff"``                           ``string``
-``float`` NaN/±inf     ``null`` (JSON has no such numbers)             ``float/double``
+``float`` NaN/±inf     ``"NaN"``, ``"Infinity"``, ``"-Infinity"``      ``float/double``
 ``Decimal`` NaN/±inf   ``null``                                        ``decimal``
 =====================  ==============================================  ================
 
@@ -21,9 +21,11 @@ text, so a :class:`~decimal.Decimal` would have to pass through ``float`` (losin
 become a string. :func:`row_to_json` writes the decimal's own text as the number token, so
 ``Decimal("123456789876543212345678987654321.110")`` reaches Spark digit for digit.
 
-Non-finite floats and decimals become ``null``: JSON has no literal for them, and Spark's
-``from_json`` would reject the non-standard ``NaN`` token by default. This loses the NaN, so
-callers that must keep it should check the decoded value before writing.
+Non-finite floats are written as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
+(JSON has no literal for them; Jackson writes them so too): Spark's ``from_json`` reads these
+strings into ``float``/``double`` columns (``allowNonNumericNumbers``, on by default), so a NaN
+in the source stays a NaN in the table instead of turning into NULL. Non-finite decimals
+become ``null``: Spark's decimals have no NaN or infinity.
 """
 
 from __future__ import annotations
@@ -124,6 +126,9 @@ def to_json_compatible(value: Any) -> Any:
     raise TypeError(f"cannot convert a {kind.__name__} to JSON")
 
 
+_NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
+
+
 def _write(value: Any, out: list[str]) -> None:
     # Fast paths for what decoded rows hold; anything else goes through to_json_compatible.
     if value is None:
@@ -139,7 +144,7 @@ def _write(value: Any, out: list[str]) -> None:
         elif kind is int:
             out.append(int.__repr__(value))
         elif kind is float:
-            out.append(float.__repr__(value) if math.isfinite(value) else "null")
+            out.append(float.__repr__(value) if math.isfinite(value) else _NON_FINITE[str(value)])
         elif kind is Decimal:
             # str() of a finite Decimal is always a valid JSON number ("1.10", "1E+3", "-0").
             out.append(str(value) if value.is_finite() else "null")
@@ -197,7 +202,8 @@ def row_to_json(row: Mapping[str, Any]) -> str:
 
     Decimals are written as number tokens with their exact text (no float rounding), dates as
     ``"YYYY-MM-DD"``, datetimes as ``"YYYY-MM-DDTHH:MM:SS.ffffffZ"`` in UTC, bytes as base64.
-    NaN and infinite floats or decimals are written as ``null`` (JSON has no literal for them).
+    NaN and infinite floats are written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (which
+    Spark reads into double columns); non-finite decimals as ``null``.
     The output is ASCII (other characters are ``\\uXXXX`` escapes), so it always encodes,
     even when a string holds a lone surrogate from a ``\\ud800`` escape in the input.
 
@@ -219,7 +225,7 @@ def row_to_json(row: Mapping[str, Any]) -> str:
         ...     "raw": b"bytes",
         ...     "ratio": float("inf"),
         ... })
-        '{"price":123456789876543212345678987654321.110,"day":"2023-03-23","at":"2023-03-23T22:00:10.123456Z","raw":"Ynl0ZXM=","ratio":null}'
+        '{"price":123456789876543212345678987654321.110,"day":"2023-03-23","at":"2023-03-23T22:00:10.123456Z","raw":"Ynl0ZXM=","ratio":"Infinity"}'
     """
     out: list[str] = []
     _write_object(row, out)

@@ -8,6 +8,7 @@ marker, schema change) or a dead-letter row with a reason.
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -65,6 +66,8 @@ HOSTILE = [
     b'{"op": "c", "after": {"id": "\\ud800"}, "source": {"ts_ms": 1}}',  # lone surrogate
     b'{"op": "c", "after": {"id": 1}, "source": {"ts_ms": 1}, "op": "d"}',  # duplicate key
     bytes(random.Random(1).randrange(256) for _ in range(4096)),
+    b'{"op": "c", "after": {"id": 1, "d": ' + b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"}}",
+    '{"op": "c", "after": {"id": 1}}'.encode("utf-16-le"),
 ]
 
 
@@ -100,3 +103,47 @@ def test_hostile_batch_is_fully_accounted_for(spark, tmp_path):
     assert kinds[5] == "too_deep"
     assert kinds[6] == "too_large"  # 3 MB > max_record_bytes
     assert kinds[3] == "encoding"
+    assert kinds[13] == "too_deep"
+    # UTF-16-LE without a BOM is valid UTF-8 (ASCII with NUL bytes), just not JSON
+    assert kinds[14] == "malformed_json"
+
+
+def test_nan_and_infinity_land_in_double_columns_as_themselves(spark, tmp_path):
+    # as Debezium's JsonConverter sends them for double columns; not NULL
+    from datetime import UTC, datetime
+
+    value = json.dumps(
+        {
+            "schema": {
+                "type": "struct",
+                "fields": [
+                    {
+                        "field": "after",
+                        "type": "struct",
+                        "optional": True,
+                        "fields": [
+                            {"field": "id", "type": "int32"},
+                            {"field": "nan_x", "type": "double", "optional": True},
+                            {"field": "inf_y", "type": "double", "optional": True},
+                        ],
+                    }
+                ],
+            },
+            "payload": {
+                "op": "c",
+                "after": {"id": 13, "nan_x": "NaN", "inf_y": "-Infinity"},
+                "source": {"ts_ms": 1},
+            },
+        }
+    ).encode()
+    raw = spark.createDataFrame(
+        [(None, value, "cdc", 0, 0, datetime.now(UTC), 0)], StructType.fromDDL(RAW_SCHEMA_DDL)
+    )
+    sink = BuildSink(
+        [BuildTarget(str(tmp_path / "build"), key_columns=("id",))],
+        dead_letter_uri=str(tmp_path / "dlq"),
+        pipeline_id="nan",
+    )
+    assert sink.process(raw, 0).dead_lettered == 0
+    (row,) = delta.read(spark, str(tmp_path / "build")).collect()
+    assert math.isnan(row.nan_x) and row.inf_y == float("-inf")

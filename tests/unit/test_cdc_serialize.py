@@ -25,19 +25,19 @@ def test_decimal_is_written_as_its_exact_text():
     assert row_to_json({"x": Decimal("1E+3")}) == '{"x":1E+3}'
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        Decimal("NaN"),
-        Decimal("Infinity"),
-        Decimal("-Infinity"),
-        float("nan"),
-        float("inf"),
-        float("-inf"),
-    ],
-)
-def test_non_finite_numbers_become_null(value):
+@pytest.mark.parametrize("value", [Decimal("NaN"), Decimal("Infinity"), Decimal("-Infinity")])
+def test_non_finite_decimals_become_null(value):
+    # Spark's decimals have no NaN or infinity
     assert row_to_json({"x": value}) == '{"x":null}'
+    assert to_json_compatible(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(float("nan"), '"NaN"'), (float("inf"), '"Infinity"'), (float("-inf"), '"-Infinity"')],
+)
+def test_non_finite_floats_are_written_as_the_strings_spark_reads_into_doubles(value, text):
+    assert row_to_json({"x": value, "a": [value]}) == f'{{"x":{text},"a":[{text}]}}'
     assert to_json_compatible(value) is None
 
 
