@@ -40,9 +40,7 @@ def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> D
             "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS, or --bootstrap-servers)",
             setting="kafka.bootstrap_servers",
         )
-    options = {f"kafka.{k}": v for k, v in kafka.options.items()}
-    if kafka.config_file:
-        options["kafka.config.file"] = kafka.config_file
+    options = kafka_source_options(kafka)
     if cfg.max_records_per_trigger:
         options["maxOffsetsPerTrigger"] = str(cfg.max_records_per_trigger)
     starting: Any = cfg.starting_offsets
@@ -69,18 +67,72 @@ def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> D
     )
 
 
+def kafka_source_options(kafka: KafkaConfig) -> dict[str, str]:
+    """The Kafka source options of the ``[kafka]`` settings: librdkafka settings with the
+    ``kafka.`` prefix, the properties file, and the broker-outage backoff."""
+    options = {f"kafka.{k}": v for k, v in kafka.options.items()}
+    if kafka.config_file:
+        options["kafka.config.file"] = kafka.config_file
+    options["outageTimeoutMs"] = str(kafka.outage_timeout_ms)
+    options["outageBackoffMs"] = str(kafka.outage_backoff_ms)
+    options["outageBackoffMaxMs"] = str(kafka.outage_backoff_max_ms)
+    return options
+
+
 def _start(
-    stream: DataFrame, cfg: StreamConfig, fn: Callable[[DataFrame, int], None], name: str
+    stream: DataFrame,
+    cfg: StreamConfig,
+    fn: Callable[[DataFrame, int], None],
+    name: str,
+    *,
+    command: str,
+    tables: list[str],
+    take_over: bool,
+    on_notice: Callable[[str], None] | None,
 ) -> StreamingQuery:
+    """Take the writer lease of ``tables`` (see :mod:`lakehouse.lease`), then start the
+    query with the lease's fence before every micro-batch; the lease is released when the
+    query stops."""
+    from lakehouse.lease import acquire
+
+    lease = acquire(
+        tables,
+        command=command,
+        pipeline_id=cfg.pipeline_id,
+        query_name=name,
+        checkpoint=cfg.checkpoint,
+        timeout_ms=cfg.writer_lease_timeout_ms,
+        take_over=take_over,
+    )
+    if on_notice is not None:
+        for holder in lease.taken_from:
+            on_notice(f"writer lease taken over from {holder}")
+
+    def fenced(df: DataFrame, batch_id: int) -> None:
+        lease.check()  # a job that lost its lease stops before writing anything
+        fn(df, batch_id)
+
     writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
-    writer = writer.foreachBatch(fn)
+    writer = writer.foreachBatch(fenced)
     if cfg.trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     elif cfg.trigger == "once":
         writer = writer.trigger(once=True)
     else:
         writer = writer.trigger(processingTime=cfg.interval)
-    return writer.start()
+    try:
+        query = writer.start()
+    except BaseException:
+        lease.release()
+        raise
+
+    def lost(message: str) -> None:
+        # Stop from the watcher thread (the CLI then reports lakehouse.lease.lost()); the
+        # fence covers a batch that is already running.
+        query.stop()
+
+    lease.watch(lambda: bool(query.isActive), on_lost=lost)
+    return query
 
 
 def start_ingest(
@@ -88,8 +140,14 @@ def start_ingest(
     settings: Settings,
     *,
     on_batch: Callable[[BatchReport], None] | None = None,
+    take_over: bool = False,
+    on_notice: Callable[[str], None] | None = None,
 ) -> StreamingQuery:
     """Start the CDC ingest described by ``settings.ingest``.
+
+    Takes the writer lease of the build tables first (:mod:`lakehouse.lease`): a live
+    lease of another job raises :class:`~lakehouse.errors.WriterLeaseError` unless
+    ``take_over``; ``on_notice`` hears about leases taken over.
 
     The tables' notification and heartbeat topics are read in the same stream as the data
     topics (they must exist when the query starts). With a Kafka source the sink also gets a
@@ -131,9 +189,7 @@ def start_ingest(
     stream_cfg = cfg.model_copy(update={"topics": [*data_topics, *signal_topics]})
     probe = None
     if cfg.source == "kafka" and settings.kafka.bootstrap_servers and data_topics:
-        options = {f"kafka.{k}": v for k, v in settings.kafka.options.items()}
-        if settings.kafka.config_file:
-            options["kafka.config.file"] = settings.kafka.config_file
+        options = kafka_source_options(settings.kafka)
         probe = kafka_offsets_probe(settings.kafka.bootstrap_servers, data_topics, options=options)
     sink = BuildSink(
         targets,
@@ -145,7 +201,26 @@ def start_ingest(
         if cfg.source == "kafka"
         else None,
     )
-    return _start(open_stream(spark, stream_cfg, settings.kafka), cfg, sink, cfg.pipeline_id)
+    return _start(
+        open_stream(spark, stream_cfg, settings.kafka),
+        cfg,
+        sink,
+        cfg.pipeline_id,
+        command="ingest",
+        tables=written_tables(settings, "ingest"),
+        take_over=take_over,
+        on_notice=on_notice,
+    )
+
+
+def written_tables(settings: Settings, command: str) -> list[str]:
+    """The tables a job leases (:mod:`lakehouse.lease`): the build tables of the ingest;
+    the output and pending tables of a join (dead-letter tables are shared, not leased)."""
+    if command == "ingest":
+        return [t.table for t in settings.ingest.tables] if settings.ingest else []
+    if settings.join is None:
+        return []
+    return [settings.join.output_table, settings.join.pending_table]
 
 
 def join_options(cfg: JoinConfig) -> Any:
@@ -172,6 +247,9 @@ def join_options(cfg: JoinConfig) -> Any:
         pending_ttl_ms=cfg.pending_ttl_ms,
         expiry_policy=cfg.expiry_policy,
         build_prefix=cfg.build_prefix,
+        pending_max_rows=cfg.pending_max_rows,
+        pending_max_age_ms=cfg.pending_max_age_ms,
+        on_pending_bound=cfg.on_pending_bound,
     )
 
 
@@ -181,8 +259,14 @@ def start_join(
     *,
     on_batch: Callable[[JoinBatchReport], None] | None = None,
     clock: Clock | None = None,
+    take_over: bool = False,
+    on_notice: Callable[[str], None] | None = None,
 ) -> StreamingQuery:
-    """Start the temporal join described by ``settings.join``."""
+    """Start the temporal join described by ``settings.join``.
+
+    Takes the writer lease of the output and pending tables first (:mod:`lakehouse.lease`);
+    ``take_over`` and ``on_notice`` as in :func:`start_ingest`.
+    """
     from lakehouse.join import TemporalJoin
 
     cfg: JoinConfig | None = settings.join
@@ -192,7 +276,16 @@ def start_join(
     stream = open_stream(spark, cfg, settings.kafka)
     if cfg.trigger == "processing-time":
         stream = stream.unionByName(tick_stream(spark))
-    return _start(stream, cfg, operator, cfg.pipeline_id)
+    return _start(
+        stream,
+        cfg,
+        operator,
+        cfg.pipeline_id,
+        command="join",
+        tables=written_tables(settings, "join"),
+        take_over=take_over,
+        on_notice=on_notice,
+    )
 
 
 def tick_stream(spark: SparkSession) -> DataFrame:

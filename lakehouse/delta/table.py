@@ -16,7 +16,10 @@ Idempotence (exactly once) is the caller's contract with Spark's ``foreachBatch`
 with ``txn=(app_id, version)`` is a **no-op when the table already records ``app_id`` at a
 version >= ``version``**. delta-rs records application transactions but does not skip a
 replayed one by itself (measured: two appends with the same transaction both commit), so the
-check is made here, before any file is written.
+check is made here, before any file is written, on the snapshot the commit is then based on:
+two writers of the same batch racing (two instances of one pipeline) both pass the check, but
+the later commit conflicts with the earlier one's transaction and is skipped, never written
+twice (tests/integration/test_writer_race.py).
 
 Only this package imports ``deltalake``: it is the seam where a delta-spark engine could be
 slotted in where the JVM connector is present.
@@ -30,7 +33,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,6 +41,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
 from deltalake.exceptions import TableNotFoundError as _DeltaTableNotFound
 from deltalake.transaction import AddAction
 
@@ -50,6 +54,9 @@ if TYPE_CHECKING:
 #: Prefix of every key lakehouse writes into table properties and commit metadata. delta-rs
 #: reserves the plain commit-info keys (``operation``, ``readVersion``, ...).
 NAMESPACE = "lakehouse."
+
+#: Commit metadata: a mapping, or a callable giving it once the data files are written.
+Metadata = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
 
 #: Reader features this read path honours. Anything else in a table's protocol is refused:
 #: reading such a table from its plain file list would return wrong rows (deletion vectors
@@ -394,7 +401,7 @@ def append(
     uri: str,
     *,
     txn: tuple[str, int] | None = None,
-    metadata: Mapping[str, Any] | None = None,
+    metadata: Metadata = None,
     schema_mode: Literal["strict", "merge"] = "strict",
     max_files: int | None = None,
 ) -> WriteResult:
@@ -407,7 +414,9 @@ def append(
             ``app_id`` at a version >= ``version``** (a replayed micro-batch), and records
             the transaction otherwise. Without it, every call appends.
         metadata: ``lakehouse.*`` keys for the commit's custom metadata (values are
-            stringified; non-strings as JSON). They appear in :func:`history`.
+            stringified; non-strings as JSON). They appear in :func:`history`. A callable
+            is called once the data files are written, just before the commit: the place
+            for figures the write itself computes (``DataFrame.observe`` metrics).
         schema_mode: ``"merge"`` adds the DataFrame's new columns to the table (older rows
             read NULL); ``"strict"`` refuses them. Type changes are always refused.
         max_files: coalesce the DataFrame to at most this many files first (small batches
@@ -436,7 +445,7 @@ def overwrite(
     uri: str,
     *,
     txn: tuple[str, int] | None = None,
-    metadata: Mapping[str, Any] | None = None,
+    metadata: Metadata = None,
     max_files: int | None = None,
 ) -> WriteResult:
     """Replace the table's rows with the DataFrame's, in one commit (older versions stay
@@ -458,22 +467,31 @@ def _write(
     *,
     mode: Literal["append", "overwrite"],
     txn: tuple[str, int] | None,
-    metadata: Mapping[str, Any] | None,
+    metadata: Metadata,
     schema_mode: Literal["strict", "merge"],
     max_files: int | None,
 ) -> WriteResult:
     arrow_schema = spark_schema_to_arrow(df.schema)
     if not table_exists(uri):
-        create_table(uri, arrow_schema)
-    if txn is not None:
-        app_id, txn_version = txn
-        recorded = transaction_version(uri, app_id)
-        if recorded is not None and recorded >= txn_version:
-            return WriteResult(version=latest_version(uri), skipped=True, rows=0, files=0)
+        try:
+            create_table(uri, arrow_schema)
+        except Exception:
+            if not table_exists(uri):
+                raise  # not a concurrent writer creating it first
+    # The transaction check and the commit use ONE snapshot: a writer that commits the same
+    # app transaction after this snapshot makes our commit conflict (delta-rs checks the
+    # app ids a commit carries against the winning commits) instead of writing the batch
+    # twice. Re-opening the table for the commit would hide that writer's commit.
+    dt = _open(uri)
+    if _already_recorded(dt, txn):
+        return WriteResult(version=dt.version(), skipped=True, rows=0, files=0)
     new_fields = check_compatible(uri, arrow_schema, allow_new_columns=schema_mode == "merge")
     if new_fields:
         _add_columns(uri, new_fields)
-    table_arrow = table_schema(uri)
+        dt = _open(uri)
+        if _already_recorded(dt, txn):
+            return WriteResult(version=dt.version(), skipped=True, rows=0, files=0)
+    table_arrow = pa.schema(dt.schema().to_arrow())
 
     staging = f"w-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:12]}"
     target = _join(uri, staging)
@@ -482,15 +500,29 @@ def _write(
     actions, rows = _add_actions(uri, staging, table_arrow)
 
     props = CommitProperties(
-        custom_metadata=_encode_metadata(metadata),
+        custom_metadata=_encode_metadata(metadata() if callable(metadata) else metadata),
         app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
     )
     try:
-        _open(uri).create_write_transaction(actions, mode, table_arrow, commit_properties=props)
-    except Exception:
+        dt.create_write_transaction(actions, mode, table_arrow, commit_properties=props)
+    except Exception as e:
         _remove_dir(target)
+        if isinstance(e, CommitFailedError) and txn is not None:
+            # A concurrent commit won. If it recorded this batch (another instance of the same
+            # pipeline), the batch is written: skip, exactly as a replay would.
+            current = _open(uri)
+            if _already_recorded(current, txn):
+                return WriteResult(version=current.version(), skipped=True, rows=0, files=0)
         raise
     return WriteResult(version=latest_version(uri), skipped=False, rows=rows, files=len(actions))
+
+
+def _already_recorded(dt: DeltaTable, txn: tuple[str, int] | None) -> bool:
+    """The snapshot records ``txn``'s app id at a version >= ``txn``'s (a replayed batch)."""
+    if txn is None:
+        return False
+    recorded = dt.transaction_version(txn[0])
+    return recorded is not None and recorded >= txn[1]
 
 
 def _add_columns(uri: str, fields: Iterable[pa.Field]) -> None:
@@ -600,7 +632,8 @@ def _file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> dict[str, Any]:
         stats["nullCount"][name] = nulls
         if mins and not (
             pa.types.is_floating(typ)
-            and any(isinstance(v, float) and math.isnan(v) for v in mins + maxs)
+            # NaN and ±inf have no JSON number form (delta-rs refuses the log entry)
+            and any(isinstance(v, float) and not math.isfinite(v) for v in mins + maxs)
         ):
             lo, hi = min(mins), max(maxs)
             if isinstance(lo, bytes):

@@ -21,12 +21,12 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from lakehouse.errors import ConfigError, SourceError
+from lakehouse.errors import BrokerUnavailableError, ConfigError, SourceError
 from lakehouse.sources._batches import RawBatchBuilder
 from lakehouse.sources.schema import TIMESTAMP_TYPE_NONE
 
@@ -208,7 +208,8 @@ def connection_error(
 
     Authentication (SASL), authorization (ACL) and TLS failures name the security settings;
     anything else is reported as "could not reach", naming the address and
-    ``kafka.bootstrap.servers``.
+    ``kafka.bootstrap.servers``: a :class:`BrokerUnavailableError`, the only kind a running
+    source retries (an outage ends; a rejected credential does not fix itself).
     """
     bootstrap = config.get("bootstrap.servers", "")
     codes = {e.code() for e in errors}
@@ -237,7 +238,7 @@ def connection_error(
             "Check kafka.security.protocol and the kafka.ssl.* settings (CA location, "
             f"certificates, endpoint identification); in use: {security}."
         )
-    return SourceError(
+    return BrokerUnavailableError(
         f"could not reach Kafka at {bootstrap!r} (setting 'kafka.bootstrap.servers') within "
         f"{timeout_ms} ms while {doing}: {detail}. Check that the brokers run and are "
         "reachable from this host, that kafka.bootstrap.servers lists them, and that "
@@ -392,9 +393,11 @@ def offsets_unavailable_error(
     return SourceError(
         f"topic {topic!r} partition {partition}: the query needs {wanted} but Kafka holds "
         f"[{low}, {high}); {why}. lakehouse never skips or resets offsets silently. To go "
-        "on, accept the gap explicitly: start the query with a new checkpoint location and "
-        f'startingOffsets naming where to resume (e.g. {{"{topic}": {{"{partition}": {low}}}}}), '
-        "and re-ingest the missing records from another copy if they matter."
+        "on, accept the gap explicitly: start the query with a new checkpoint location, a new "
+        "pipeline_id (the old id's transactions would make the new checkpoint's first batches "
+        "look like replays) and startingOffsets naming where to resume (e.g. "
+        f'{{"{topic}": {{"{partition}": {low}}}}}), and re-ingest the missing records from '
+        "another copy if they matter."
     )
 
 
@@ -406,8 +409,16 @@ def read_range(
     end: int,
     *,
     fetch_timeout_ms: int,
+    outage_timeout_ms: int = 0,
+    report: Callable[[str], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``topic``/``partition`` with ``start <= offset < end`` as batches.
+
+    A read that stalls because no broker answers (a broker outage: librdkafka reports
+    connection failures) waits for the brokers up to ``outage_timeout_ms`` after the last
+    record instead of ``fetch_timeout_ms``, calling ``report`` when the outage is noticed,
+    then at growing intervals, and when records flow again; librdkafka reconnects by itself
+    and the read resumes at the next offset of the range.
 
     Deterministic for an immutable log: the same range yields the same records in offset
     order. Offsets missing inside the range (compacted away, transaction markers, aborted
@@ -417,7 +428,8 @@ def read_range(
     Raises:
         SourceError: the range is no longer (or not yet) in the partition, the partition
             ends before ``end``, the topic is gone, or no record arrives for
-            ``fetch_timeout_ms`` while records are still expected.
+            ``fetch_timeout_ms`` while records are still expected (or, in an outage, for
+            ``outage_timeout_ms``).
     """
     diagnostics = _ClientDiagnostics()
     consumer = _open_consumer(
@@ -435,6 +447,8 @@ def read_range(
         consumer.assign([TopicPartition(topic, partition, start)])
         next_offset = start
         last_progress = time.monotonic()
+        outage_reports = 0
+        next_report = 0.0
         while next_offset < end:
             try:
                 messages = consumer.consume(min(end - next_offset, 10_000), timeout=1.0)
@@ -445,12 +459,27 @@ def read_range(
                     timeout_ms=fetch_timeout_ms,
                     cause=e,
                 ) from e
-            if (time.monotonic() - last_progress) * 1000 > fetch_timeout_ms:
+            stalled_ms = (time.monotonic() - last_progress) * 1000
+            if stalled_ms > fetch_timeout_ms:
                 # Progress means records of the range arriving; errors and empty polls do not
                 # count, so a broker that keeps answering without data still times out.
-                raise _stalled_error(
+                stalled = _stalled_error(
                     config, diagnostics, where, start, end, next_offset, fetch_timeout_ms
                 )
+                if not isinstance(stalled, BrokerUnavailableError) or (
+                    stalled_ms > outage_timeout_ms
+                ):
+                    raise stalled
+                if report is not None and time.monotonic() >= next_report:
+                    outage_reports += 1
+                    report(
+                        f"Kafka at {config.get('bootstrap.servers')!r} is unreachable while "
+                        f"reading {where} (no record for {stalled_ms / 1000:.0f} s, stalled at "
+                        f"offset {next_offset} of [{start}, {end})): waiting for it, giving "
+                        f"up after {outage_timeout_ms / 1000:.0f} s (kafka.outage_timeout_ms)."
+                    )
+                    # report at doubling intervals: 1, 2, 4, ... 60 s
+                    next_report = time.monotonic() + min(2 ** (outage_reports - 1), 60)
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -515,6 +544,14 @@ def read_range(
                 )
                 next_offset = offset + 1
                 last_progress = time.monotonic()
+                if outage_reports and report is not None:
+                    report(
+                        f"Kafka at {config.get('bootstrap.servers')!r} delivers {where} "
+                        f"again; the read resumes at offset {offset}."
+                    )
+                    outage_reports = 0
+                    diagnostics.errors.clear()  # the outage's errors explain nothing later
+                    diagnostics.logs.lines.clear()
                 if batch is not None:
                     yield batch
         last = builder.flush()

@@ -35,6 +35,18 @@ Options (names are case-insensitive, as everywhere in Spark):
     Bound on each driver call to the brokers (default 10000).
 ``fetchTimeoutMs``
     How long a read task waits without receiving a record it expects (default 120000).
+``outageTimeoutMs``, ``outageBackoffMs``, ``outageBackoffMaxMs``
+    Broker outages (defaults 600000, 1000, 30000). Once a query has reached its brokers,
+    a driver call that finds no broker answering (refused, timed out, all brokers down)
+    does not fail the query: the source reports the outage on stderr (naming the address),
+    waits ``outageBackoffMs``, doubling up to ``outageBackoffMaxMs``, and retries until the
+    brokers answer (it reports that too) or the outage has lasted ``outageTimeoutMs``
+    (``0``: fail at once), when the query fails with a :class:`BrokerUnavailableError`
+    naming the setting. A read task whose brokers stop answering mid-read waits for them
+    up to ``outageTimeoutMs`` (instead of ``fetchTimeoutMs``) while librdkafka reconnects.
+    A broker unreachable before the first contact fails at once (a
+    wrong address should not look like an outage); authentication, authorisation and TLS
+    failures and lost offsets are never retried.
 ``maxOffsetsPerTrigger``
     Cap on records per micro-batch, split over partitions in proportion to their backlog
     (Spark's rule). Unset by default: every batch ends at the high watermarks. Downstream
@@ -54,7 +66,10 @@ offset in the checkpoint, and the next batch reads from it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -68,7 +83,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lakehouse.errors import ConfigError, SourceError
+from lakehouse.errors import BrokerUnavailableError, ConfigError, SourceError
 from lakehouse.sources import _kafka_client
 from lakehouse.sources.schema import RAW_SCHEMA, check_raw_schema
 
@@ -96,6 +111,9 @@ _SOURCE_OPTIONS: Final = frozenset(
         "metadatatimeoutms",
         "fetchtimeoutms",
         "maxoffsetspertrigger",
+        "outagetimeoutms",
+        "outagebackoffms",
+        "outagebackoffmaxms",
     }
 )
 _UNSUPPORTED_OPTIONS: Final = {
@@ -125,6 +143,9 @@ class KafkaSourceOptions:
     metadata_timeout_ms: int = 10_000
     fetch_timeout_ms: int = 120_000
     max_offsets_per_trigger: int | None = None
+    outage_timeout_ms: int = 600_000
+    outage_backoff_ms: int = 1_000
+    outage_backoff_max_ms: int = 30_000
 
     @property
     def bootstrap_servers(self) -> str:
@@ -212,20 +233,32 @@ class KafkaSourceOptions:
                 if "maxoffsetspertrigger" in opts
                 else None
             ),
+            outage_timeout_ms=_positive_int(opts, "outagetimeoutms", 600_000, allow_zero=True),
+            outage_backoff_ms=_positive_int(opts, "outagebackoffms", 1_000),
+            outage_backoff_max_ms=_positive_int(opts, "outagebackoffmaxms", 30_000),
         )
 
 
-def _positive_int(opts: Mapping[str, str], key: str, default: int) -> int:
+def _positive_int(
+    opts: Mapping[str, str], key: str, default: int, *, allow_zero: bool = False
+) -> int:
     raw = opts.get(key)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(f"option {key!r} must be a positive integer, got {raw!r}.", setting=key)
+        value = -1
+    if value < 0 or (value == 0 and not allow_zero):
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ConfigError(f"option {key!r} must be {kind} integer, got {raw!r}.", setting=key)
     return value
+
+
+def _report(message: str) -> None:
+    """A line for the operator on stderr: the source runs in a Spark Python worker, whose
+    stderr Spark forwards to the driver's, where the pipeline's progress lines are."""
+    print(f"lakehouse-kafka: {message}", file=sys.stderr, flush=True)
 
 
 def _parse_starting_offsets(raw: str, topics: Sequence[str]) -> StartingOffsets:
@@ -271,6 +304,12 @@ def _parse_starting_offsets(raw: str, topics: Sequence[str]) -> StartingOffsets:
             offsets[int(partition)] = offset
         result[topic] = offsets
     return result
+
+
+def _first_sentence(error: BaseException) -> str:
+    text = str(error)
+    head, sep, _ = text.partition(". ")
+    return head if sep else text
 
 
 class PartitionMetadata(Protocol):
@@ -382,6 +421,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._metadata_factory = metadata_factory
         self._metadata: PartitionMetadata | None = None
         self._target: Positions | None = None
+        # Set once a driver call has reached the brokers: from then on an unreachable
+        # broker is an outage to ride out, before it a configuration error to report.
+        self._reached = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -399,7 +441,72 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._metadata
 
     def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """``(low, high)`` of every partition of the subscribed topics, in canonical order."""
+        """``(low, high)`` of every partition of the subscribed topics, in canonical order.
+
+        Rides out broker outages once the brokers were reached (see ``outageTimeoutMs`` in
+        the module docstring): bounded exponential backoff, a report line per retry and one
+        when the brokers answer again.
+
+        Raises:
+            BrokerUnavailableError: no broker answered before the first contact, or for
+                longer than ``outageTimeoutMs`` after it.
+            SourceError: any other failure (topic missing, authentication, ...), at once.
+        """
+        options = self._options
+        started: float | None = None
+        attempt = 0
+        while True:
+            try:
+                marks = self._watermarks_once()
+            except BrokerUnavailableError as e:
+                if not self._reached:
+                    raise
+                self._drop_client()  # the next attempt starts with a fresh client
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                elapsed_ms = (now - started) * 1000
+                remaining_ms = options.outage_timeout_ms - elapsed_ms
+                if remaining_ms <= 0:
+                    raise BrokerUnavailableError(
+                        f"Kafka at {options.bootstrap_servers!r} stayed unreachable for "
+                        f"{elapsed_ms / 1000:.0f} s, longer than the source option "
+                        f"'outageTimeoutMs' ({options.outage_timeout_ms} ms; setting "
+                        "'kafka.outage_timeout_ms'), so the query stops. Restart it once the "
+                        "brokers are back: it resumes from its checkpoint. Last error: "
+                        f"{e}"
+                    ) from e
+                delay_ms = min(
+                    options.outage_backoff_ms * 2**attempt,
+                    options.outage_backoff_max_ms,
+                    remaining_ms,
+                )
+                attempt += 1
+                _report(
+                    f"Kafka at {options.bootstrap_servers!r} is unreachable (outage for "
+                    f"{elapsed_ms / 1000:.0f} s, attempt {attempt}): {_first_sentence(e)}; "
+                    f"retrying in {delay_ms / 1000:.1f} s, giving up after "
+                    f"{options.outage_timeout_ms / 1000:.0f} s (kafka.outage_timeout_ms)."
+                )
+                time.sleep(delay_ms / 1000)
+                continue
+            if started is not None:
+                _report(
+                    f"Kafka at {options.bootstrap_servers!r} answers again after "
+                    f"{time.monotonic() - started:.0f} s and {attempt} retries; resuming from "
+                    "the checkpointed offsets."
+                )
+            self._reached = True
+            return marks
+
+    def _drop_client(self) -> None:
+        if self._metadata is not None:
+            metadata, self._metadata = self._metadata, None
+            # a client of an unreachable broker may fail to close cleanly
+            with contextlib.suppress(Exception):
+                metadata.close()
+
+    def _watermarks_once(self) -> dict[tuple[str, int], tuple[int, int]]:
         client = self._client()
         marks: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in sorted(self._options.topics):
@@ -549,6 +656,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition.start,
             partition.end,
             fetch_timeout_ms=self._options.fetch_timeout_ms,
+            outage_timeout_ms=self._options.outage_timeout_ms,
+            report=_report,
         )
 
     def commit(self, end: dict[str, Any]) -> None:
