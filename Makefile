@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench smoke clean-venv
+.PHONY: demo test lint bench soak smoke clean-venv
 
 $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	@scripts/check_java.sh
@@ -19,15 +19,19 @@ demo: $(STAMP)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m ruff check lakehouse pipelines tests bench
+	$(PY) -m ruff check lakehouse pipelines tests bench soak
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check lakehouse pipelines tests bench
-	$(PY) -m ruff format --check lakehouse pipelines tests bench
+	$(PY) -m ruff check lakehouse pipelines tests bench soak
+	$(PY) -m ruff format --check lakehouse pipelines tests bench soak
 
 bench: $(STAMP)
 	$(PY) -m bench.run $(ARGS)
+
+# Not part of `make test`: 20 minutes of input with SIGKILLs (soak/run.py); ARGS="--minutes 4"
+soak: $(STAMP)
+	$(PY) -m soak.run $(ARGS)
 
 smoke: $(STAMP)
 	$(VENV)/bin/lakehouse smoke

@@ -8,6 +8,7 @@ for configuration errors, 1 for everything else.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,17 +46,68 @@ def _stream_overrides(**flags: Any) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v not in (None, [], ())}
 
 
+def _refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
+    """Refuse before Spark starts when another live job writes the tables (the runner's
+    lease decides for good when the query starts)."""
+    from lakehouse.lease import ensure_free
+    from lakehouse.runner import written_tables
+
+    ensure_free(written_tables(settings, command), take_over=take_over)
+
+
+def _notice(message: str) -> None:
+    err_console.print(f"[yellow]{message}[/]")
+
+
+def _with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
+    """Wrap the join's progress callback: after each batch, say when the build table is
+    blocked on schema (the dimension misses changes: row time waits, processing time joins
+    the last consistent version)."""
+
+    def notify(report: Any) -> None:
+        on_batch(report)
+        from lakehouse import delta
+        from lakehouse.build.schema_block import open_block
+
+        if not delta.table_exists(build_table):
+            return
+        block = open_block(delta.get_properties(build_table))
+        if block is not None:
+            err_console.print(
+                f"  [bold red]build table {build_table} {block.describe()}[/]; row-time "
+                "joins wait at its watermark, processing-time joins read its last consistent "
+                "version"
+            )
+
+    return notify
+
+
 def _run_query(query: Any, what: str) -> None:
-    """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid)."""
+    """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid, the
+    writer lease is released)."""
+    import signal
+
+    # PySpark's SIGINT handler calls into the JVM from inside the handler, which breaks (a
+    # py4j traceback instead of a clean stop) when the main thread is itself in a JVM call,
+    # as in awaitTermination. Plain KeyboardInterrupt, and short JVM calls between sleeps.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while query.isActive:
-            query.awaitTermination(1)
+            time.sleep(0.5)
     except KeyboardInterrupt:
         err_console.print(f"[yellow]stopping {what} (Ctrl-C); it resumes from its checkpoint[/]")
         query.stop()
         return
+    finally:
+        signal.signal(signal.SIGINT, previous)
     if query.exception() is not None:
         raise query.exception()
+    from lakehouse.lease import lost
+
+    if lost() is not None:  # stopped because another job took its tables over
+        from lakehouse.errors import WriterLeaseError
+
+        raise WriterLeaseError(str(lost()), table_uri="")
 
 
 # ---------------------------------------------------------------------------------- ingest
@@ -95,6 +147,12 @@ def ingest(
         str | None, typer.Option(help="Trigger interval, e.g. '5 seconds'.")
     ] = None,
     pipeline_id: Annotated[str | None, typer.Option(help="Stable id of this pipeline.")] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over", help="Take the build tables' writer lease even from a live job."
+        ),
+    ] = False,
 ) -> None:
     """Ingest a Debezium CDC stream into versioned Delta build tables."""
     from lakehouse.config import load_settings
@@ -130,9 +188,12 @@ def ingest(
             "kafka": _stream_overrides(bootstrap_servers=bootstrap_servers),
         },
     )
+    _refuse_if_written(settings, "ingest", take_over)
     spark = _spark(settings)
     progress = Progress(err_console)
-    query = start_ingest(spark, settings, on_batch=progress.ingest)
+    query = start_ingest(
+        spark, settings, on_batch=progress.ingest, take_over=take_over, on_notice=_notice
+    )
     err_console.print(
         f"ingest [bold]{settings.ingest.pipeline_id}[/] running "
         f"({settings.ingest.trigger}); checkpoint {settings.ingest.checkpoint}"
@@ -178,12 +239,27 @@ def join(
     pending_ttl_ms: Annotated[int | None, typer.Option(help="Expire pending rows after.")] = None,
     expiry_policy: Annotated[str | None, typer.Option(help="release or dead-letter.")] = None,
     build_prefix: Annotated[str | None, typer.Option(help="Prefix of build columns.")] = None,
+    pending_max_rows: Annotated[
+        int | None, typer.Option(help="Most rows the pending table may hold.")
+    ] = None,
+    pending_max_age_ms: Annotated[
+        int | None, typer.Option(help="Oldest a pending row may be (probe time), ms.")
+    ] = None,
+    on_pending_bound: Annotated[
+        str | None, typer.Option(help="Rows over the bound: dead-letter or fail.")
+    ] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Spark checkpoint location.")] = None,
     trigger: Annotated[
         str | None, typer.Option(help="available-now, processing-time or once.")
     ] = None,
     interval: Annotated[str | None, typer.Option(help="Trigger interval.")] = None,
     pipeline_id: Annotated[str | None, typer.Option(help="Stable id of this pipeline.")] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over", help="Take the output tables' writer lease even from a live job."
+        ),
+    ] = False,
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
@@ -212,6 +288,9 @@ def join(
         pending_ttl_ms=pending_ttl_ms,
         expiry_policy=expiry_policy,
         build_prefix=build_prefix,
+        pending_max_rows=pending_max_rows,
+        pending_max_age_ms=pending_max_age_ms,
+        on_pending_bound=on_pending_bound,
         checkpoint=checkpoint,
         trigger=trigger,
         interval=interval,
@@ -224,9 +303,16 @@ def join(
     from lakehouse.runner import join_options
 
     join_options(settings.join)  # validates the combination before Spark starts
+    _refuse_if_written(settings, "join", take_over)
     spark = _spark(settings)
     progress = Progress(err_console)
-    query = start_join(spark, settings, on_batch=progress.join)
+    query = start_join(
+        spark,
+        settings,
+        on_batch=_with_schema_block_notice(progress.join, settings.join.build_table),
+        take_over=take_over,
+        on_notice=_notice,
+    )
     err_console.print(
         f"join [bold]{settings.join.pipeline_id}[/] running ({settings.join.mode}, "
         f"{settings.join.trigger}); checkpoint {settings.join.checkpoint}"
@@ -253,6 +339,14 @@ def status(
     summary = Table(title=f"{table}", show_header=False, title_justify="left")
     summary.add_row("version", str(version))
     summary.add_row("rows", str(delta.row_count(table)))
+    from lakehouse.lease import holder_state, read_lease
+
+    holder = read_lease(table)
+    if holder is not None:  # the job writing it (see "Concurrent writers" in the README)
+        stale = holder_state(holder)
+        summary.add_row(
+            "writer", holder.describe() + (f" [yellow](stale: {stale})[/]" if stale else "")
+        )
     kind = props.get(L.PROP_TABLE_KIND, "")
     if kind == "build" or L.PROP_SNAPSHOT_COMPLETE in props:
         complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false")
@@ -271,6 +365,7 @@ def status(
             None,
         )
         summary.add_row("build watermark", describe_watermark(wm))
+        _schema_rows(summary, table, props, history)
     pending = next((h.metadata for h in history if "lakehouse.pendingRows" in h.metadata), None)
     if pending is not None:
         import json
@@ -280,6 +375,17 @@ def status(
         state = json.loads(pending.get("lakehouse.state", "{}"))
         if "combined" in state:
             summary.add_row("combined watermark", describe_watermark(json.dumps(state["combined"])))
+        if state.get("evictedTotal"):
+            summary.add_row("evicted by the pending bound", str(state["evictedTotal"]))
+        alert = next(
+            (h.metadata for h in history if h.metadata.get("lakehouse.pendingBoundAlert")), None
+        )
+        if alert is not None:
+            summary.add_row(
+                "[bold red]ALERT[/]",
+                f"[bold red]{alert['lakehouse.pendingBoundAlert']}[/] (rows in the dead-letter "
+                "table with _error_kind pending_bound_*)",
+            )
     console.print(summary)
     recent = Table(
         "version",
@@ -304,6 +410,40 @@ def status(
 
 def _short(value: str, limit: int = 60) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _schema_rows(summary: Table, table: str, props: dict[str, str], history: list[Any]) -> None:
+    """A build table's schema state: an open block (in red), the last resolution, and the
+    last Debezium schema change (DDL) recorded."""
+    import json
+
+    from lakehouse.build import layout as L
+    from lakehouse.build.schema_block import blocked_total, last_resolved, open_block
+
+    block = open_block(props)
+    if block is not None:
+        summary.add_row(
+            "[bold red]schema[/]", f"[bold red]{block.describe(blocked_total(table))}[/]"
+        )
+        summary.add_row("block reason", block.reason)
+    else:
+        summary.add_row("schema", "ok")
+    resolved = last_resolved(props)
+    if resolved is not None:
+        summary.add_row(
+            "last schema block",
+            f"column {resolved['block']['column']}, resolved {resolved['resolvedAt']}: "
+            f"{resolved['reason']} (replayed {resolved['replayed']}, left dead-lettered "
+            f"{resolved['stillIncompatible']})",
+        )
+    ddl = next((h for h in history if h.metadata.get(L.META_SCHEMA_CHANGES)), None)
+    if ddl is not None:
+        events = json.loads(ddl.metadata[L.META_SCHEMA_CHANGES])
+        summary.add_row(
+            "last schema change",
+            f"version {ddl.version}: {_short(str(events[-1].get('ddl')), 100)}"
+            + (f" (+{len(events) - 1} more in that commit)" if len(events) > 1 else ""),
+        )
 
 
 # ------------------------------------------------------------------------------------- sql
@@ -375,6 +515,9 @@ def sql(
     for name, location in views.items():
         if delta.table_exists(location):
             delta.read(spark, location, version=versions.get(name)).createOrReplaceTempView(name)
+    # only the registered tables: no `SELECT ... FROM parquet.`/any/path``
+    spark.conf.set("spark.sql.runSQLOnFiles", "false")
+    _check_read_only(spark, query)
     result = spark.sql(query)
     rows = result.limit(limit + 1).collect()
     out = Table(*result.columns)
@@ -383,6 +526,43 @@ def sql(
     console.print(out)
     if len(rows) > limit:
         console.print(f"[dim](first {limit} rows shown; use --limit)[/]")
+
+
+#: Functions that call arbitrary Java methods: refused by ``lakehouse sql``.
+_JVM_CALL_FUNCTIONS = re.compile(r"`?\b(reflect|java_method|try_reflect)\b`?\s*\(", re.IGNORECASE)
+#: Parsed-plan node classes of statements that write, whatever word they start with
+#: (``FROM t INSERT ...``, ``WITH x AS (...) INSERT ...``).
+_WRITE_NODES = re.compile(
+    r"Insert|Merge|Delete|Update|Create|Replace|Drop|Alter|Truncate|Cache|Refresh|Load|Set|"
+    r"Reset|Add|Use|Command"
+)
+
+
+def _check_read_only(spark: Any, query: str) -> None:
+    """Refuse a query that would write or escape the registered tables, before running it:
+    its parsed plan must hold no write or command node (Spark runs commands eagerly in
+    ``spark.sql``), and it must not call Java methods (``reflect``)."""
+    if _JVM_CALL_FUNCTIONS.search(query):
+        raise ConfigError(
+            "lakehouse sql refuses reflect/java_method (they call Java methods); query the "
+            "tables with SQL functions only",
+            setting="query",
+        )
+    jvm_plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
+    first = query.strip().split(None, 1)[0].lower()
+    pending = [jvm_plan]
+    while pending:
+        node = pending.pop()
+        name = node.getClass().getSimpleName()
+        harmless = first in ("explain", "describe", "desc", "show") and node is jvm_plan
+        if not harmless and _WRITE_NODES.search(name):
+            raise ConfigError(
+                f"lakehouse sql runs read-only queries only; this one contains a {name} "
+                "(a write or a command). Change the tables with the pipelines.",
+                setting="query",
+            )
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
 
 
 def _project_tables(settings: Any) -> dict[str, str]:
@@ -396,6 +576,220 @@ def _project_tables(settings: Any) -> dict[str, str]:
         for location in (j.build_table, j.output_table, j.pending_table, j.dead_letter_table):
             tables[Path(location).name] = location
     return {name.replace("-", "_"): loc for name, loc in tables.items()}
+
+
+# ------------------------------------------------------------------- bounded state
+
+
+def _duration_ms(text: str, setting: str) -> int:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``500ms`` or plain milliseconds."""
+    units = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    raw = text.strip().lower()
+    for unit in ("ms", "d", "h", "m", "s"):
+        if raw.endswith(unit) and raw[: -len(unit)].strip().isdigit():
+            return int(raw[: -len(unit)]) * units[unit]
+    if raw.isdigit():
+        return int(raw)
+    raise ConfigError(
+        f"--{setting} takes a duration like 7d, 12h, 30m, 90s, 500ms or milliseconds; got {text!r}",
+        setting=setting,
+    )
+
+
+def _time_ms(text: str, setting: str) -> int:
+    """An ISO-8601 time (UTC unless it says otherwise) or epoch milliseconds."""
+    from datetime import UTC, datetime
+
+    raw = text.strip()
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError as e:
+        raise ConfigError(
+            f"--{setting} takes an ISO-8601 time (2024-05-01T00:00:00Z) or epoch ms; got {text!r}",
+            setting=setting,
+        ) from e
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _same_table(a: str, b: str) -> bool:
+    import os
+
+    def norm(uri: str) -> str:
+        return uri.rstrip("/") if "://" in uri else os.path.abspath(uri)
+
+    return norm(a) == norm(b)
+
+
+@app.command("compact")
+def compact_command(
+    table: Annotated[str, typer.Argument(help="Build table location.")],
+    retention: Annotated[
+        str | None,
+        typer.Option(help="History to keep behind the build watermark: 7d, 12h, 30m, 90s, ms."),
+    ] = None,
+    horizon: Annotated[
+        str | None, typer.Option(help="The horizon itself: ISO-8601 time or epoch ms.")
+    ] = None,
+    config: ConfigOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be dropped; write nothing.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Compact past the configured join's watermark.")
+    ] = False,
+) -> None:
+    """Compact a build table's version log: per key, keep every version after the horizon
+    and the latest one at or before it; row-time answers at or after the horizon do not
+    change. One atomic Delta overwrite; fails with nothing written if the ingest commits
+    meanwhile."""
+    from rich.progress import Progress as RichProgress
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from lakehouse.config import load_settings
+    from lakehouse.maintenance import compact, horizon_from_retention
+    from lakehouse.maintenance.compact import join_watermark
+    from lakehouse.time import WATERMARK_MIN, format_epoch_ms
+
+    settings = load_settings(config)
+    if retention is None and horizon is None and settings.maintenance.compact_retention_ms:
+        retention = str(settings.maintenance.compact_retention_ms)
+    if (retention is None) == (horizon is None):
+        raise ConfigError(
+            "lakehouse compact needs exactly one of --retention (e.g. 7d: keep a week behind "
+            "the build watermark) and --horizon (a time)",
+            setting="retention",
+        )
+    horizon_ms = (
+        horizon_from_retention(table, _duration_ms(retention, "retention"))
+        if retention is not None
+        else _time_ms(horizon or "", "horizon")
+    )
+    j = settings.join
+    if j is not None and j.mode == "rowtime" and _same_table(j.build_table, table) and not force:
+        wm = join_watermark(j.pending_table)
+        if wm is None or (
+            not wm.use_processing_time
+            and (wm.timestamp == WATERMARK_MIN or wm.timestamp < horizon_ms)
+        ):
+            where = "has not run yet" if wm is None else f"is at watermark {wm}"
+            raise ConfigError(
+                f"join '{j.pipeline_id}' {where}, behind the horizon "
+                f"{format_epoch_ms(horizon_ms)}: rows it has yet to release could need the "
+                "versions compaction drops. Use a longer --retention or an earlier --horizon, "
+                "or --force",
+                setting="retention",
+            )
+    spark = _spark(settings)
+    with RichProgress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task(f"compacting {table}", total=None)
+        result = compact(
+            spark,
+            table,
+            horizon_ms=horizon_ms,
+            dry_run=dry_run,
+            on_step=lambda text: bar.update(task, description=f"{table}: {text}"),
+        )
+        bar.update(task, description=f"{table}: done", total=1, completed=1)
+    out = Table(title=f"compaction of {table}", show_header=False, title_justify="left")
+    out.add_row("horizon", f"{format_epoch_ms(result.horizon_ms)} ({result.horizon_ms} ms)")
+    out.add_row("read version", str(result.read_version))
+    out.add_row("rows before", str(result.rows_before))
+    out.add_row("rows after", str(result.rows_after))
+    out.add_row(
+        "dropped",
+        f"{result.superseded} superseded, {result.deletes} deletes, {result.truncated} ended "
+        f"by a truncate, {result.truncates} truncates",
+    )
+    if result.dry_run:
+        out.add_row("written", "nothing (--dry-run)")
+    elif result.version is None:
+        out.add_row("written", "nothing: no version can be dropped at this horizon")
+    else:
+        out.add_row("written", f"version {result.version} (older versions: time travel)")
+    out.add_row("time", f"{result.seconds:.1f}s")
+    console.print(out)
+
+
+@app.command("vacuum")
+def vacuum_command(
+    table: Annotated[str, typer.Argument(help="A lakehouse Delta table location.")],
+    config: ConfigOpt = None,
+    output: Annotated[
+        list[str] | None,
+        typer.Option(help="Output table joining this build table (repeatable)."),
+    ] = None,
+    retention_hours: Annotated[
+        int | None,
+        typer.Option(help="Delete files removed longer ago than this; default the table's (7d)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run/--apply", help="List only (default), or delete.")
+    ] = True,
+    ignore_lineage: Annotated[
+        bool, typer.Option("--ignore-lineage", help="Vacuum a build table without outputs.")
+    ] = False,
+) -> None:
+    """Delete files old versions no longer need, keeping readable every build version the
+    outputs' _build_version still references. Dry run unless --apply."""
+    from lakehouse import delta
+    from lakehouse.build import layout as L
+    from lakehouse.config import load_settings
+    from lakehouse.maintenance import vacuum_table
+
+    settings = load_settings(config)
+    outputs = list(output or [])
+    j = settings.join
+    if j is not None and _same_table(j.build_table, table):
+        outputs.append(j.output_table)
+    outputs += settings.maintenance.lineage_outputs
+    props = delta.get_properties(table)
+    is_build = props.get(L.PROP_TABLE_KIND) == "build" or L.PROP_SNAPSHOT_COMPLETE in props
+    if is_build and not outputs and not ignore_lineage:
+        raise ConfigError(
+            f"'{table}' is a build table and no output table joining it is configured, so "
+            "nothing says which versions the output's _build_version lineage needs. Give "
+            "--output LOCATION (repeatable), set join.output_table or "
+            "maintenance.lineage_outputs in the configuration, or pass --ignore-lineage",
+            setting="maintenance.lineage_outputs",
+        )
+    spark = _spark(settings) if outputs else None
+    result = vacuum_table(
+        spark, table, output_uris=outputs, retention_hours=retention_hours, dry_run=dry_run
+    )
+    out = Table(title=f"vacuum of {table}", show_header=False, title_justify="left")
+    out.add_row("outputs read for lineage", ", ".join(outputs) or "-")
+    out.add_row(
+        "oldest referenced build version",
+        "-" if result.oldest_referenced is None else str(result.oldest_referenced),
+    )
+    out.add_row("versions kept readable", _short(", ".join(map(str, result.kept_versions)) or "-"))
+    out.add_row(
+        "retention",
+        "the table's (delta.deletedFileRetentionDuration)"
+        if retention_hours is None
+        else f"{retention_hours} h",
+    )
+    if result.unreadable:
+        out.add_row(
+            "[bold red]ALERT[/]",
+            f"[bold red]versions {list(result.unreadable)} are referenced but their log is "
+            "gone (delta.logRetentionDuration): those rows cannot be re-derived[/]",
+        )
+    verb = "would delete" if result.dry_run else "deleted"
+    out.add_row(verb, f"{len(result.files)} file(s)")
+    console.print(out)
+    for name in result.files[:50]:
+        console.print(f"  {name}")
+    if len(result.files) > 50:
+        console.print(f"  ... and {len(result.files) - 50} more")
+    if result.dry_run and result.files:
+        console.print("dry run: nothing deleted; run again with --apply to delete these files")
 
 
 # ----------------------------------------------------------------------- snapshot marker
@@ -436,6 +830,47 @@ def snapshot_complete(
         console.print(f"{table}: snapshot already complete; nothing changed")
         return
     console.print(f"{table}: snapshot marked complete at version {version} (reason: {reason})")
+
+
+@app.command("schema-resolve")
+def schema_resolve(
+    table: Annotated[str, typer.Argument(help="Build table location.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
+    dead_letter_table: Annotated[
+        str | None,
+        typer.Option(help="The ingest's dead-letter table: replay the records the block held."),
+    ] = None,
+    accept_loss: Annotated[
+        bool,
+        typer.Option(
+            "--accept-loss",
+            help="Resume although some held records do not fit (they stay dead-lettered).",
+        ),
+    ] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Resolve a build table's schema block (stop the ingest first): replay the records the
+    block held back that fit the table, and clear the block. See README, "Schema drift"."""
+    from lakehouse.build.schema_block import resolve
+    from lakehouse.config import load_settings
+
+    settings = load_settings(config)
+    if dead_letter_table is None and settings.ingest is not None:
+        dead_letter_table = settings.ingest.dead_letter_table
+    spark = _spark(settings)
+    result = resolve(
+        spark, table, reason=reason, dead_letter_uri=dead_letter_table, accept_loss=accept_loss
+    )
+    what = (
+        f"{table}: replayed {result.replayed} of {result.candidates} held-back records"
+        + (f" (version {result.version})" if result.version is not None else "")
+        + (f", {result.already_applied} already in the table" if result.already_applied else "")
+    )
+    if result.still_incompatible:
+        what += f", {result.still_incompatible} still do not fit and stay dead-lettered"
+    console.print(what)
+    if result.cleared:
+        console.print(f"{table}: schema block cleared (reason: {reason}); restart the ingest")
 
 
 # --------------------------------------------------------------------------------- quality
@@ -583,6 +1018,10 @@ def _lakehouse_cause(e: BaseException) -> str | None:
         "SourceError",
         "TableNotFoundError",
         "WatermarkError",
+        "WriterLeaseError",
+        "BrokerUnavailableError",
+        "PendingBoundError",
+        "ConcurrentCommitError",
         "LakehouseError",
     ):
         marker = f"lakehouse.errors.{name}: "

@@ -80,6 +80,11 @@ class KafkaConfig(_Model):
     bootstrap_servers: str | None = None
     config_file: str | None = None
     options: dict[str, str] = Field(default_factory=dict)
+    # Broker outages (see lakehouse.sources.kafka): retry with exponential backoff from
+    # outage_backoff_ms up to outage_backoff_max_ms; fail after outage_timeout_ms (0: at once).
+    outage_timeout_ms: int = Field(default=600_000, ge=0)
+    outage_backoff_ms: int = Field(default=1_000, gt=0)
+    outage_backoff_max_ms: int = Field(default=30_000, gt=0)
 
 
 class StreamConfig(_Model):
@@ -95,6 +100,8 @@ class StreamConfig(_Model):
     trigger: Trigger = "processing-time"
     interval: str = "5 seconds"
     max_records_per_trigger: int | None = Field(default=None, gt=0)
+    # A writer lease (lakehouse.lease) whose heartbeat is older than this is stale.
+    writer_lease_timeout_ms: int = Field(default=60_000, ge=1_000)
 
     @model_validator(mode="after")
     def _source_needs_location(self) -> StreamConfig:
@@ -166,6 +173,9 @@ class JoinConfig(StreamConfig):
     pending_ttl_ms: int | None = Field(default=None, gt=0)
     expiry_policy: Literal["release", "dead-letter"] = "release"
     build_prefix: str = ""
+    pending_max_rows: int | None = Field(default=None, gt=0)
+    pending_max_age_ms: int | None = Field(default=None, gt=0)
+    on_pending_bound: Literal["dead-letter", "fail"] = "dead-letter"
 
 
 class QualityConfig(_Model):
@@ -173,6 +183,18 @@ class QualityConfig(_Model):
 
     report_dir: str = "quality-report"
     max_pending_age_ms: int | None = Field(default=None, gt=0)
+
+
+class MaintenanceConfig(_Model):
+    """``lakehouse compact`` and ``lakehouse vacuum`` (see :mod:`lakehouse.maintenance`).
+
+    ``lineage_outputs``: output tables of other joins of the build table (besides
+    ``join.output_table``) whose ``_build_version`` lineage vacuum must keep readable.
+    ``compact_retention_ms``: the default ``--retention`` of ``lakehouse compact``.
+    """
+
+    lineage_outputs: list[str] = Field(default_factory=list)
+    compact_retention_ms: int | None = Field(default=None, ge=0)
 
 
 class Settings(_Model):
@@ -183,6 +205,7 @@ class Settings(_Model):
     ingest: IngestConfig | None = None
     join: JoinConfig | None = None
     quality: QualityConfig = Field(default_factory=QualityConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,7 +218,7 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-_LIST_FIELDS = {"topics", "key", "probe_key", "build_key", "snapshot_signals"}
+_LIST_FIELDS = {"topics", "key", "probe_key", "build_key", "snapshot_signals", "lineage_outputs"}
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -224,6 +247,16 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             else value
         )
     return out
+
+
+def _may_hold_secret(loc: str) -> bool:
+    """Whether a setting's value may be a credential, so messages must not echo it: any
+    librdkafka option or Spark setting (passwords, keys, tokens live there), or a name
+    that says so."""
+    lowered = loc.lower()
+    return lowered.startswith(("kafka.options", "spark.conf")) or any(
+        word in lowered for word in ("password", "secret", "token", "credential", "sasl")
+    )
 
 
 def load_settings(
@@ -266,6 +299,8 @@ def load_settings(
             loc = ".".join(str(x) for x in err["loc"])
             got = err.get("input")
             shown = "" if err["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+            if _may_hold_secret(loc):
+                shown = " (value not shown: it may be a secret)"
             problems.append((loc, f"'{loc}': {err['msg']}{shown}"))
         text = "; ".join(p for _, p in problems)
         noun = "setting" if len(problems) == 1 else f"{len(problems)} settings"

@@ -69,3 +69,39 @@ class CdcDecodeError(LakehouseError):
 
 class SourceError(LakehouseError):
     """Raised when a streaming source cannot reach or read its input (broker, directory)."""
+
+
+class PendingBoundError(LakehouseError):
+    """Raised by a join with ``on_pending_bound = 'fail'`` when a batch would leave more (or
+    older) pending rows than ``pending_max_rows``/``pending_max_age_ms`` allow. Nothing of the
+    batch is written; the query stops until the bound, the policy or the build side changes."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class ConcurrentCommitError(LakehouseError):
+    """Raised by a maintenance rewrite (``lakehouse compact``) when another writer committed to
+    the table after the rewrite read it. Nothing was committed; run it again."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri
+
+
+class WriterLeaseError(LakehouseError):
+    """Raised when a job would write a table that another live job is writing: at start (the
+    table's writer lease is held; the message names the holder and how to proceed), or before
+    a micro-batch of a job whose lease another job took over (it stops without writing)."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri
+
+
+class BrokerUnavailableError(SourceError):
+    """Raised when no Kafka broker answered within the timeout (refused, timed out, all
+    brokers down). A running Kafka source rides such an outage out with bounded exponential
+    backoff (``kafka.outage_*`` settings) and raises it only when the outage outlasts
+    ``kafka.outage_timeout_ms``."""

@@ -35,8 +35,7 @@ def ingest_line(report: BatchReport) -> str:
     if report.unrouted:
         parts.append(f"[yellow]{report.unrouted} of no configured table[/]")
     for t in report.targets:
-        marker = "[green]snapshot complete[/]" if t.snapshot_complete else (
-            f"snapshot {t.phase}")
+        marker = "[green]snapshot complete[/]" if t.snapshot_complete else (f"snapshot {t.phase}")
         if t.marker_set_now:
             marker = f"[bold green]snapshot complete (marker set now by {t.signal})[/]"
         if t.resnapshot_started:
@@ -47,6 +46,10 @@ def ingest_line(report: BatchReport) -> str:
             marker += f", {t.synthetic_deletes} keys not re-read ended"
         if t.alert:
             marker += f", [bold red]ALERT: {t.alert}[/]"
+        if t.schema_changes:
+            marker += f", {t.schema_changes} schema change(s) recorded"
+        if t.schema_block:
+            marker += f", [bold red]{t.schema_block}[/]"
         parts.append(
             f"{t.table_uri}: +{t.rows} versions (v{t.version}), {marker}, "
             f"watermark {_wm_ms(t.watermark_ms)}"
@@ -76,10 +79,13 @@ def join_line(report: JoinBatchReport) -> str:
     if report.dead_lettered:
         extra += f", [yellow]dead-lettered {report.dead_lettered}[/]"
     replay = " [dim](replayed plan)[/]" if report.replayed_plan else ""
+    alert = ""
+    if report.bound_alert:
+        alert = f"\n  [bold red]ALERT: {report.bound_alert}; evicted {report.evicted}[/]"
     return (
         f"[bold]join[/] batch {report.batch_id}: arrived {report.arrived}, released "
         f"{report.released}, matched {report.matched}, pending {report.pending}{extra}{wm}"
-        f", {report.seconds:.1f}s{replay}"
+        f", {report.seconds:.1f}s{replay}{alert}"
     )
 
 
