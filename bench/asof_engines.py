@@ -20,6 +20,17 @@ Engines (``ENGINES``):
 ``spark-project``
     The product's path: :func:`lakehouse.join.asof.join_as_of` on DataFrames Spark reads
     from the files, ``local[2]``. Comparable to the Spark peers. The target applies here.
+    The build is a plain parquet scan, so this is the narrow path (an Arrow UDF probing an
+    index each Python worker builds once from the build file and keeps between runs).
+``spark-project-cold``
+    The narrow path with ``spark.python.worker.reuse=false``: every task starts a new Python
+    worker, which reads the build and builds its index again. The cost of the first batch
+    after the build table moves to a new version (the worst case; with reuse only the new
+    files are read).
+``spark-project-shuffle``
+    The same call forced onto the shuffle path (``path="shuffle"``: both sides hashed into
+    buckets, ``cogroup().applyInArrow``), the fallback for builds the narrow path does not
+    take.
 ``spark-project-before``
     The Spark glue and kernel as they were before issue 6.
 ``duckdb``
@@ -66,6 +77,8 @@ ENGINES = (
     "polars",
     "pandas",
     "spark-project",
+    "spark-project-cold",
+    "spark-project-shuffle",
     "spark-project-before",
     "spark-window",
     "spark-asof",
@@ -79,6 +92,8 @@ SAMPLED = frozenset(
         "kernel-before",
         "duckdb",
         "spark-project",
+        "spark-project-cold",
+        "spark-project-shuffle",
         "spark-project-before",
         "polars",
     }
@@ -206,14 +221,19 @@ def _spark_engine(name: str, build: str, probe: str, spark_conf: dict[str, str])
     conf = dict(spark_conf)
     if name == "spark-asof":
         conf["spark.sql.join.asofJoin.enabled"] = "true"
+    if name == "spark-project-cold":
+        conf["spark.python.worker.reuse"] = "false"
     spark = get_spark(app_name=f"bench-{name}", master="local[2]", conf=conf)
     buckets = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
 
     def project(ids: list[int] | None) -> Any:
+        kw: dict[str, Any] = {}
         if name == "spark-project-before":
             from bench.previous import PROBE_TIME_US, join_as_of
         else:
             from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+
+            kw["path"] = "shuffle" if name == "spark-project-shuffle" else "narrow"
         p = spark.read.parquet(probe)
         if ids is not None:
             p = p.filter(F.col("id").isin(ids))
@@ -226,6 +246,7 @@ def _spark_engine(name: str, build: str, probe: str, spark_conf: dict[str, str])
             output_names=["id", "k", "t", "v", "_event_time", "_matched"],
             latest=False,
             num_buckets=buckets,
+            **kw,
         )
 
     def window() -> Any:

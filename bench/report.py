@@ -357,7 +357,10 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
             "Same parquet files for every engine; the time covers reading them, the LEFT as-of "
             "join, and counting matches and summing the joined value. `kernel` is the "
             "project's numpy kernel in one process; `spark-project` the product path "
-            "(`join_as_of`, Spark local[2]); `*-before` the code before this issue.",
+            "(`join_as_of`, Spark local[2]; the narrow path: an Arrow UDF probing an index "
+            "each Python worker builds from the build files and keeps); "
+            "`spark-project-shuffle` the same call on its shuffle (cogroup) fallback; "
+            "`*-before` the code before this issue.",
             "",
         ]
         for entry in asof:

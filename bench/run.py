@@ -6,6 +6,7 @@ Usage::
     python -m bench.run --sizes full         # up to 10M probe rows x 1M keys x 10 versions
     python -m bench.run --sizes smoke        # seconds per engine: checks the harness
     python -m bench.run --only asof --engines kernel,duckdb
+    python -m bench.run --sizes full --only asof --workloads "5M x 1M x 5"
 
 What it does, in order (each engine and scenario in its own subprocess, see
 :mod:`bench.measure`):
@@ -136,7 +137,8 @@ class Runner:
         self.args = args
         self.preset = PRESETS[args.sizes]
         self.out = Path(args.out)
-        self.data = Path(args.data) if args.data else self.out / "data"
+        # absolute: engines and plan checks compare the paths Spark reports (file:///...)
+        self.data = (Path(args.data) if args.data else self.out / "data").resolve()
         self.logs = self.out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.runs = args.runs or self.preset.runs
@@ -179,7 +181,7 @@ class Runner:
         if "duckdb" not in engines:
             engines.insert(0, "duckdb")  # the reference for correctness and ratios
         engines = ["duckdb", *[e for e in engines if e != "duckdb"]]
-        for w in self.preset.asof:
+        for w in _chosen(self.preset.asof, self.args.workloads):
             self.say(f"asof {w.name}: generating inputs")
             files = generate(w, self.data)
             rng = np.random.default_rng([w.seed, 9])
@@ -369,6 +371,19 @@ class Runner:
         self.save()
 
 
+def _chosen(workloads: tuple[Workload, ...], names: str | None) -> list[Workload]:
+    """The preset's as-of workloads named in ``--workloads`` (all when None)."""
+    if not names:
+        return list(workloads)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {w.name: w for w in workloads} | {w.slug: w for w in workloads}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        choices = ", ".join(repr(w.name) for w in workloads)
+        raise SystemExit(f"--workloads: unknown {unknown}; this preset has {choices}")
+    return [known[n] for n in wanted]
+
+
 def _same(result: dict[str, Any], reference: dict[str, Any]) -> bool:
     """Same (matched, sum) as the reference and, where both joined the sample, same rows."""
     if list(result["result"]) != list(reference["result"]):
@@ -393,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated sections: asof, proctime, e2e (default: all)",
     )
     parser.add_argument("--engines", default=None, help=f"asof engines: {','.join(ENGINES)}")
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help="asof: only these workloads of the preset, comma-separated names such as "
+        "'5M x 1M x 5' (or slugs such as p5000000_k1000000_v5_s6)",
+    )
     parser.add_argument("--runs", type=int, default=None, help="timed runs after the warm-up")
     parser.add_argument("--out", default=str(REPO / "bench" / "out"))
     parser.add_argument("--data", default=None, help="where generated inputs are kept")

@@ -1,20 +1,45 @@
 """Spark glue of the as-of kernel: join released probe rows with build versions.
 
-Two paths, chosen by the join's kind of time (measurements: ``bench/README.md``):
+Paths, chosen by the join's kind of time (measurements: ``bench/README.md``):
 
-**Row time** (each probe row as of its own time). Both sides are hashed on the key into
-buckets and each bucket is joined by :func:`~lakehouse.join.kernel.asof_match` in one Python
-worker (``cogroup().applyInArrow``). The cost is one shuffle of the probe rows and of the build
-rows, and one sort per bucket: it grows with the data, not with probe rows x versions, and
-nothing is ever expanded into probe-version pairs. Only what the kernel needs crosses from the
-JVM to Python: keys, the start in µs, ``seq`` and a delete flag (not the op string, not the
-start twice). When the released rows are few (at most :data:`PRUNE_MAX_PROBE_ROWS`), the build
-is first pruned to their keys by a broadcast left-semi join, a hash lookup in each build scan
-task, so a small micro-batch ships only the versions of its own keys. With more released rows
-it is not pruned: pruning them would need a shuffle of the whole build (a sort-merge semi
-join) before the cogroup shuffles it again, which measured slower than shipping every
-version once (5M x 1M x 5: 45 s pruned, 20 s not, on a loaded 2-core machine).
-Truncates (build rows of no key) are few; they are collected once and sent to every bucket.
+**Row time** (each probe row as of its own time) has two execution paths, which give the
+same rows (``tests/integration/test_join_paths.py`` runs both against the reference):
+
+* **Narrow** (the default). In row time the build is the pinned version of a Delta table,
+  which :func:`lakehouse.delta.read` returns as a plain parquet scan of a known file list.
+  So nothing needs to be shuffled: an Arrow UDF (``arrow_udf``, scalar iterator) runs over
+  the released rows where they are, receiving only their key columns and time, and returns
+  the joined value columns, start and matched flag; the probe columns never leave the JVM.
+  In each Python worker the UDF reads the build columns it needs straight from the parquet
+  files with pyarrow (``pyarrow.fs.FileSystem.from_uri``, so object-store URIs work where
+  the workers have credentials), builds an :class:`~lakehouse.join.kernel.AsOfIndex` and
+  keeps it in a process-level cache keyed by (file set, columns, types) (see
+  :class:`_WorkerIndexes`). Spark reuses Python workers (``spark.python.worker.reuse``, on
+  by default), so later tasks and later micro-batches at the same build version find the
+  index built; a later version is another file set, for which only the new files are read
+  (the log is append-only) and the index is rebuilt: a stale index is never used. The
+  build is not pruned to the batch's keys: pruning would make the index specific to one
+  batch, while reading the files, the larger cost, is the same either way.
+  Taken when :func:`plan_narrow` accepts the build: a plain parquet scan (checked with
+  ``sameSemantics`` against a scan of its ``inputFiles()``), every file opened by pyarrow on
+  the driver (whose parquet footers also give the row count), at most
+  :data:`NARROW_MAX_BUILD_ROWS` rows (each worker holds the whole index; override with the
+  Spark conf :data:`NARROW_MAX_BUILD_ROWS_CONF`), and pyspark 4.1+ (``arrow_udf``).
+  5M probe rows x 1M keys x 5 versions: figures in ``bench/README.md``.
+* **Shuffle** (the fallback: a build that is an arbitrary DataFrame, one pyarrow cannot open
+  such as ``dbfs:/`` paths, or one larger than the bound). Both sides are hashed on the key
+  into buckets and each bucket is joined by :func:`~lakehouse.join.kernel.asof_match` in one
+  Python worker (``cogroup().applyInArrow``). The cost is one shuffle of the probe rows and
+  of the build rows, and one sort per bucket: it grows with the data, not with probe rows x
+  versions, and nothing is ever expanded into probe-version pairs. Only what the kernel
+  needs crosses from the JVM to Python: keys, the start in µs, ``seq`` and a delete flag.
+  When the released rows are few (at most :data:`PRUNE_MAX_PROBE_ROWS`), the build is first
+  pruned to their keys by a broadcast left-semi join, a hash lookup in each build scan task,
+  so a small micro-batch ships only the versions of its own keys. With more released rows
+  it is not pruned: pruning them would need a shuffle of the whole build (a sort-merge semi
+  join) before the cogroup shuffles it again, which measured slower than shipping every
+  version once (5M x 1M x 5: 45 s pruned, 20 s not, on a loaded 2-core machine). Truncates
+  (build rows of no key) are few; they are collected once and sent to every bucket.
 
 **Processing time** (the latest version). The answer depends only on each key's latest
 version, so the build is reduced to one row per key — its latest version by ``(start,
@@ -31,16 +56,21 @@ immutable files, so a replayed batch joins exactly what its first attempt joined
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.build import layout as L
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.fs as pafs
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from lakehouse.join.kernel import AsOfIndex
 
 PROBE_TIME_US = "_probe_time_us"
 _BUCKET = "_bucket"
@@ -54,6 +84,21 @@ _MAX_SNAPSHOTS = 4
 #: Row time: prune the build to the released rows' keys (broadcast left-semi join) when at
 #: most this many rows are released. The broadcast holds one key per released row.
 PRUNE_MAX_PROBE_ROWS = 1_000_000
+
+#: Row time, narrow path: the largest build (rows in all its files) that each Python worker
+#: reads and indexes whole. An index costs about 90 bytes per build row with a bigint key and
+#: one bigint value (measured: 425 MiB for 5M rows; codes, order, start, delete flag, the
+#: columns read, ``seq`` strings), more with string keys or wide values, and every Python
+#: worker of an executor (one per concurrently running task) holds its own, so the default
+#: keeps one worker near 1 GiB. Larger builds take the shuffle path.
+NARROW_MAX_BUILD_ROWS = 10_000_000
+
+#: Spark conf that overrides :data:`NARROW_MAX_BUILD_ROWS` (0 turns the narrow path off).
+NARROW_MAX_BUILD_ROWS_CONF = "spark.lakehouse.join.asof.narrowMaxBuildRows"
+
+#: How a row-time join is executed: ``auto`` chooses (see the module docstring), ``narrow``
+#: and ``shuffle`` force one path (``narrow`` raises when the build does not qualify).
+RowTimePath = Literal["auto", "narrow", "shuffle"]
 
 
 def _bucket_fn(
@@ -108,6 +153,7 @@ def join_as_of(
     output_names: Sequence[str],
     latest: bool,
     num_buckets: int,
+    path: RowTimePath = "auto",
 ) -> DataFrame:
     """Attach to each released probe row the build version it joins.
 
@@ -121,11 +167,17 @@ def join_as_of(
         output_names: final names, in order: the probe columns (without the time helper),
             then ``value_columns``, then the joined version's start, then the matched flag.
         latest: processing time: join the latest version, ignoring probe time.
-        num_buckets: hash buckets of the row-time path (one Python worker task each).
+        num_buckets: hash buckets of the row-time shuffle path (one Python worker task each).
+        path: row time only: ``auto`` takes the narrow path when :func:`plan_narrow` accepts
+            the build and the shuffle path otherwise; ``narrow`` and ``shuffle`` force one
+            (for tests and benchmarks). Both give the same rows.
 
     Returns:
         One row per released probe row (unmatched rows included, with NULL build columns
         and a false matched flag), schema as ``output_names``.
+
+    Raises:
+        NarrowPathUnavailable: ``path="narrow"`` and the build does not qualify.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, StructField, StructType
@@ -157,6 +209,18 @@ def join_as_of(
             schema=schema,
         )
 
+    if path != "shuffle":
+        narrow, reason = plan_narrow(build, build_key=build_key, value_columns=value_columns)
+        if narrow is not None:
+            keys = [
+                F.col(pk).cast(build_types[bk]) for pk, bk in zip(probe_key, build_key, strict=True)
+            ]
+            return _join_narrow(
+                released, keys, narrow, probe_names=[f.name for f in probe_fields], schema=schema
+            )
+        if path == "narrow":
+            raise NarrowPathUnavailable(reason)
+
     truncates = [
         (int(r[0]), str(r[1]))
         for r in build.filter(F.col(L.OP) == "t")
@@ -186,6 +250,353 @@ def join_as_of(
     event_time_type = spark_schema_to_arrow(StructType([schema.fields[-2]])).field(0).type
     fn = _bucket_fn(build_key, value_columns, output_names, truncates, event_time_type)
     return probe.groupBy(_BUCKET).cogroup(versions.groupBy(_BUCKET)).applyInArrow(fn, schema)
+
+
+# ---------------------------------------------------------------------- row time, narrow
+
+
+class NarrowPathUnavailable(ValueError):
+    """``path="narrow"`` was forced for a build the narrow path cannot read (the message says
+    why); ``path="auto"`` takes the shuffle path instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class NarrowBuild:
+    """What a Python worker needs to read and index the build itself (see the module
+    docstring). Pickled into the UDF, so it holds only plain values.
+
+    Attributes:
+        files: the build's parquet files, as Spark reports them (URIs), sorted.
+        rows: rows in all of them (from the parquet footers).
+        build_key: key columns, in the order of the probe keys.
+        value_columns: the build columns carried into the output.
+        schema: Arrow types to read the columns as (keys, value columns, op, start, seq),
+            those of Spark's schema of the build, so both paths produce the same values.
+    """
+
+    files: tuple[str, ...]
+    rows: int
+    build_key: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    schema: pa.Schema
+
+
+def plan_narrow(
+    build: DataFrame, *, build_key: Sequence[str], value_columns: Sequence[str]
+) -> tuple[NarrowBuild | None, str]:
+    """Whether the row-time join can take the narrow path, and why not when it cannot.
+
+    It can when ``build`` is exactly a parquet scan of a file list (what
+    :func:`lakehouse.delta.read` returns for a pinned version), pyarrow can open every file
+    (``pyarrow.fs.FileSystem.from_uri``: local paths, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``
+    with the matching credentials on the workers; not ``dbfs:/`` or Hadoop's ``s3a://``),
+    the files hold at most :data:`NARROW_MAX_BUILD_ROWS` rows (or the value of
+    :data:`NARROW_MAX_BUILD_ROWS_CONF`), and this pyspark has ``arrow_udf`` (4.1+).
+
+    Returns:
+        ``(plan, "")`` when it can, ``(None, reason)`` when it cannot.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from lakehouse.delta import spark_schema_to_arrow
+
+    if not hasattr(F, "arrow_udf"):
+        return None, "this pyspark has no arrow_udf (4.1+)"
+    conf = build.sparkSession.conf.get(NARROW_MAX_BUILD_ROWS_CONF, None)
+    limit = NARROW_MAX_BUILD_ROWS if conf is None else int(conf)
+    if limit <= 0:
+        return None, f"turned off by {NARROW_MAX_BUILD_ROWS_CONF}={conf}"
+    files = frozenset(build.inputFiles())
+    if not _is_plain_scan(build, files):
+        return None, "the build is not a plain parquet scan of a file list"
+    needed = list(dict.fromkeys([*build_key, *value_columns, L.OP, L.EVENT_TIME, L.SEQ]))
+    try:
+        schema = spark_schema_to_arrow(StructType([build.schema[n] for n in needed]))
+    except Exception as exc:  # a Spark type Arrow cannot carry: let Spark join it
+        return None, f"a build column has no Arrow type ({exc})"
+    try:
+        rows = sum(_FOOTERS.rows(uri) for uri in sorted(files))
+    except Exception as exc:  # an object store pyarrow cannot open from here
+        return None, f"pyarrow cannot read the build files ({type(exc).__name__}: {exc})"
+    if rows > limit:
+        return None, f"the build has {rows} rows, more than {limit} ({NARROW_MAX_BUILD_ROWS_CONF})"
+    plan = NarrowBuild(tuple(sorted(files)), rows, tuple(build_key), tuple(value_columns), schema)
+    return plan, ""
+
+
+def _open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and path of a file as Spark reports it (``file:///x``,
+    ``s3://bucket/x``, a plain path); raises when pyarrow cannot open that kind of URI.
+    Filesystems are made once per scheme and authority (making an S3 one resolves
+    credentials), local paths are percent-decoded as Spark encodes them."""
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow.fs as pafs
+
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return pafs.LocalFileSystem(), unquote(parsed.path) if parsed.scheme else uri
+    root = f"{parsed.scheme}://{parsed.netloc}"
+    fs = _FILESYSTEMS.get(root)
+    if fs is None or parsed.scheme not in ("s3", "gs", "gcs"):
+        fs, path = pafs.FileSystem.from_uri(uri)  # raises for schemes pyarrow does not know
+        _FILESYSTEMS[root] = fs
+        return fs, path
+    return fs, unquote(parsed.netloc + parsed.path)  # bucket/key, as from_uri gives it
+
+
+_FILESYSTEMS: dict[str, Any] = {}
+
+
+class _FooterRows:
+    """Rows per build file, read from the parquet footers once per file on the driver (data
+    files of a Delta table are immutable: a file name is never rewritten in place)."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._lock = threading.Lock()
+        self._rows: OrderedDict[str, int] = OrderedDict()
+        self._limit = limit
+
+    def rows(self, uri: str) -> int:
+        """Rows in the file (raises when pyarrow cannot open it)."""
+        with self._lock:
+            if uri in self._rows:
+                self._rows.move_to_end(uri)
+                return self._rows[uri]
+        import pyarrow.parquet as pq
+
+        fs, path = _open_uri(uri)
+        with fs.open_input_file(path) as f:
+            n = pq.ParquetFile(f).metadata.num_rows
+        with self._lock:
+            self._rows[uri] = n
+            while len(self._rows) > self._limit:
+                self._rows.popitem(last=False)
+        return n
+
+
+_FOOTERS = _FooterRows()
+
+
+def _join_narrow(
+    released: DataFrame,
+    keys: Sequence[Column],
+    narrow: NarrowBuild,
+    *,
+    probe_names: Sequence[str],
+    schema: StructType,
+) -> DataFrame:
+    """Row time without a shuffle: an Arrow UDF over the released rows' keys and times looks
+    each row up in an index of the whole build that the Python worker reads itself (see the
+    module docstring); the probe columns stay in the JVM."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import ArrowUDFType
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    n_values = len(narrow.value_columns)
+    value_fields = schema.fields[len(probe_names) : len(probe_names) + n_values]
+    result_type = StructType(
+        [
+            *[StructField(f"_v{i}", f.dataType, True) for i, f in enumerate(value_fields)],
+            StructField("_t", schema.fields[-2].dataType, True),
+            StructField("_m", BooleanType(), True),
+        ]
+    )
+    with warnings.catch_warnings():
+        # pyspark prefers type hints to the explicit type; the lookup is a callable object
+        warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
+        udf = F.arrow_udf(_NarrowLookup(narrow), result_type, ArrowUDFType.SCALAR_ITER)
+    joined = released.select(
+        *[F.col(n) for n in probe_names],
+        udf(*keys, F.col(PROBE_TIME_US)).alias("_asof"),
+    )
+    columns = [
+        *[F.col(n) for n in probe_names],
+        *[F.col(f"_asof._v{i}") for i in range(n_values)],
+        F.col("_asof._t"),
+        F.coalesce(F.col("_asof._m"), F.lit(False)),  # never NULL: keeps the column non-null
+    ]
+    return joined.select(*[c.alias(f.name) for c, f in zip(columns, schema.fields, strict=True)])
+
+
+#: Narrow path: input batches are gathered to at least this many rows before a lookup
+#: (Spark hands the UDF 10k-row batches; each lookup has a fixed cost).
+_LOOKUP_ROWS = 65_536
+
+
+class _NarrowLookup:
+    """The Arrow UDF of the narrow path (runs in the Python workers)."""
+
+    def __init__(self, narrow: NarrowBuild) -> None:
+        self.narrow = narrow
+
+    def __call__(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        """Join each batch of (key columns..., probe time in µs); the index is fetched (or
+        built) once per task, at the first batch."""
+        indexed: _IndexedBuild | None = None
+        pending: list[tuple[pa.Array, ...]] = []
+        size = 0
+        for arrays in batches:
+            pending.append(arrays)
+            size += len(arrays[0])
+            if size >= _LOOKUP_ROWS:
+                indexed = indexed or _WORKER_INDEXES.get(self.narrow)
+                yield indexed.lookup(_concat(pending))
+                pending, size = [], 0
+        if pending:
+            indexed = indexed or _WORKER_INDEXES.get(self.narrow)
+            yield indexed.lookup(_concat(pending))
+
+
+def _concat(parts: list[tuple[pa.Array, ...]]) -> list[pa.Array]:
+    import pyarrow as pa
+
+    if len(parts) == 1:
+        return list(parts[0])
+    return [pa.concat_arrays([p[i] for p in parts]) for i in range(len(parts[0]))]
+
+
+@dataclass(slots=True)
+class _IndexedBuild:
+    """One build file set, read and indexed in a Python worker.
+
+    Attributes:
+        files: the files read.
+        table: the rows that are not truncates (columns of the plan's schema).
+        truncates: the truncate rows (same columns).
+        index: the :class:`~lakehouse.join.kernel.AsOfIndex` of ``table``.
+        narrow: the plan it was built for (which columns are keys and values).
+    """
+
+    files: frozenset[str]
+    table: pa.Table
+    truncates: pa.Table
+    index: AsOfIndex
+    narrow: NarrowBuild
+
+    @classmethod
+    def of(cls, narrow: NarrowBuild, table: pa.Table, files: frozenset[str]) -> _IndexedBuild:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from lakehouse.join.kernel import AsOfIndex
+
+        # as the shuffle path's Spark filters: a row of NULL op is neither a version nor a
+        # truncate (``op != 't'`` is NULL there, and so is dropped)
+        op = table[L.OP]
+        if pc.any(pc.equal(op, "t")).as_py() or op.null_count:
+            truncates = table.filter(pc.equal(op, "t"))
+            table = table.filter(pc.not_equal(op, "t"))
+        else:
+            truncates = table.slice(0, 0)
+        table = table.combine_chunks()  # one chunk: takes by index stay cheap
+        index = AsOfIndex.build(
+            build_keys=[table[k] for k in narrow.build_key],
+            build_time=pc.cast(table[L.EVENT_TIME], pa.int64()),
+            build_seq=table[L.SEQ],
+            build_is_delete=pc.equal(table[L.OP], "d"),
+            truncate_time=pc.cast(truncates[L.EVENT_TIME], pa.int64()),
+            truncate_seq=truncates[L.SEQ],
+        )
+        return cls(files, table, truncates, index, narrow)
+
+    def lookup(self, arrays: Sequence[pa.Array]) -> pa.Array:
+        """The struct of (value columns, start, matched) for probe keys and times in µs."""
+        import pyarrow as pa
+
+        *keys, t_us = arrays
+        idx = self.index.match(probe_keys=keys, probe_time=t_us)
+        take = pa.array(idx, mask=idx < 0, type=pa.int64())
+        fields = [self.table[c].take(take) for c in self.narrow.value_columns]
+        fields.append(self.table[L.EVENT_TIME].take(take))
+        fields.append(pa.array(idx >= 0))
+        names = [*[f"_v{i}" for i in range(len(self.narrow.value_columns))], "_t", "_m"]
+        return pa.StructArray.from_arrays([_one_chunk(f) for f in fields], names=names)
+
+
+def _one_chunk(values: Any) -> pa.Array:
+    import pyarrow as pa
+
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _read_files(narrow: NarrowBuild, files: Sequence[str]) -> pa.Table:
+    """The plan's columns of ``files``, with the plan's types: a column a file lacks (added to
+    the table later) reads as NULL, as in Spark's scan with the table's schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = []
+    for uri in files:
+        fs, path = _open_uri(uri)
+        with fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            present = set(pf.schema_arrow.names)
+            read = pf.read(
+                columns=[n for n in narrow.schema.names if n in present], use_threads=False
+            )
+            n = pf.metadata.num_rows
+        arrays = [
+            read[field.name].cast(field.type) if field.name in present else pa.nulls(n, field.type)
+            for field in narrow.schema
+        ]
+        parts.append(pa.Table.from_arrays(arrays, schema=narrow.schema))
+    if not parts:
+        return narrow.schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+#: Narrow path: build indexes kept by one Python worker process.
+_MAX_WORKER_INDEXES = 2
+
+
+class _WorkerIndexes:
+    """The build indexes of one Python worker process, kept between tasks and micro-batches.
+
+    Spark reuses a Python worker for later tasks (``spark.python.worker.reuse``, on by
+    default), so an index is read and built once per worker and build file set, not once per
+    task. An entry is identified by its file set and the columns and types read: a later
+    build version is another file set and never meets a stale index. When the new set is a
+    superset of a cached one (the append-only build table grew), only the new files are read
+    and the index is rebuilt over the cached rows plus theirs, and the older entry is
+    dropped. At most :data:`_MAX_WORKER_INDEXES` are kept, least recently used dropped first.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[Any, ...], _IndexedBuild] = OrderedDict()
+        #: entries built by this process (tests read it to see the cache at work)
+        self.built = 0
+
+    def get(self, narrow: NarrowBuild) -> _IndexedBuild:
+        """The index of ``narrow``'s files (see the class docstring)."""
+        import pyarrow as pa
+
+        files = frozenset(narrow.files)
+        shape = (narrow.schema.to_string(), narrow.build_key, narrow.value_columns)
+        with self._lock:
+            hit = self._entries.get((files, *shape))
+            if hit is not None:
+                self._entries.move_to_end((files, *shape))
+                return hit
+            bases = [(k, e) for k, e in self._entries.items() if k[1:] == shape and e.files < files]
+            if bases:
+                key, base = max(bases, key=lambda ke: len(ke[1].files))
+                added = _read_files(narrow, sorted(files - base.files))
+                table = pa.concat_tables([base.table, base.truncates, added])
+                del self._entries[key]
+            else:
+                table = _read_files(narrow, narrow.files)
+            entry = _IndexedBuild.of(narrow, table, files)
+            self.built += 1
+            self._entries[(files, *shape)] = entry
+            while len(self._entries) > _MAX_WORKER_INDEXES:
+                self._entries.popitem(last=False)
+            return entry
+
+
+_WORKER_INDEXES = _WorkerIndexes()
 
 
 # ------------------------------------------------------------------------- processing time

@@ -148,3 +148,17 @@ def test_null_probe_key_never_matches():
         build_is_delete=np.array([False]),
     )
     assert idx.tolist() == [-1, 0]
+
+
+def test_keys_with_many_versions_and_few_give_the_reference_in_one_lookup():
+    # "long" has more versions than the run-local comparison steps, so its rows are
+    # binary-searched while "short"'s rows are compared within their run, in the same call
+    from lakehouse.join import kernel
+
+    versions = [Version("long", t, f"{t:03d}", "u", t) for t in range(0, 3 * kernel._LOCAL_STEPS)]
+    versions += [Version("short", 5, "900", "r", 500), Version("short", 9, "901", "d", 501)]
+    probes = [
+        (k, t) for k in ("long", "short", "none") for t in range(-1, 3 * kernel._LOCAL_STEPS + 2)
+    ]
+    expected = [None if (v := as_of(versions, k, t)) is None else v.value for k, t in probes]
+    assert _run(versions, probes) == expected
