@@ -143,3 +143,15 @@ def raw_records(
         )
         rows.append((None, data, topic, partition, first_offset + i, datetime.now(UTC), 0))
     return spark.createDataFrame(rows, StructType.fromDDL(RAW_SCHEMA_DDL))
+
+
+def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON document (keys and list indexes), the root ``()`` first."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += json_paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += json_paths(v, (*prefix, i))
+    return out

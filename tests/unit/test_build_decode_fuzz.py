@@ -19,11 +19,11 @@ import codecs
 import copy
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 import pytest
 from conftest import FIXTURES
+from helpers import json_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,24 +122,13 @@ hostile_values = st.sampled_from(
 )
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def structural_mutations(draw: st.DrawFn) -> bytes:
     """A real fixture with fields deleted or replaced by values of the wrong type."""
     name = draw(st.sampled_from(sorted(FIXTURE_BYTES)))
     document = json.loads(FIXTURE_BYTES[name])
     for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(document)[1:]
+        paths = json_paths(document)[1:]
         if not paths:
             break
         path = draw(st.sampled_from(paths))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES
+from helpers import json_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -516,23 +517,12 @@ json_values = st.recursive(
 )
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @given(name=st.sampled_from(sorted(FIXTURE_TEXTS)), data=st.data())
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_fixtures_with_a_value_replaced_raise_only_decode_errors(name, data):
     # structural mutation: reaches the envelope, schema and logical-type code paths
     document = json.loads(FIXTURE_TEXTS[name])
-    path = data.draw(st.sampled_from(_paths(document)[1:]))
+    path = data.draw(st.sampled_from(json_paths(document)[1:]))
     target = document
     for part in path[:-1]:
         target = target[part]

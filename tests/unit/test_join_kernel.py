@@ -10,6 +10,11 @@ from reference import Version, as_of
 from lakehouse.join.kernel import LATEST, asof_match
 
 KEYS = st.sampled_from(["a", "b", "c"])
+#: (key, time) probe rows; a None time is LATEST
+PROBES = st.lists(
+    st.tuples(st.one_of(KEYS, st.just("never-seen")), st.one_of(st.none(), st.integers(-2, 22))),
+    max_size=30,
+)
 
 
 @st.composite
@@ -54,12 +59,7 @@ def _run(versions, probes, threads=1):
 @settings(max_examples=300, deadline=None)
 @given(
     versions=histories(),
-    probes=st.lists(
-        st.tuples(
-            st.one_of(KEYS, st.just("never-seen")), st.one_of(st.none(), st.integers(-2, 22))
-        ),
-        max_size=30,
-    ),
+    probes=PROBES,
 )
 def test_asof_matches_linear_scan(versions, probes):
     expected = [None if (v := as_of(versions, k, t)) is None else v.value for k, t in probes]
@@ -69,12 +69,7 @@ def test_asof_matches_linear_scan(versions, probes):
 @settings(max_examples=150, deadline=None)
 @given(
     versions=histories(),
-    probes=st.lists(
-        st.tuples(
-            st.one_of(KEYS, st.just("never-seen")), st.one_of(st.none(), st.integers(-2, 22))
-        ),
-        max_size=30,
-    ),
+    probes=PROBES,
     threads=st.integers(2, 4),
 )
 def test_threaded_sort_and_search_give_the_single_thread_answer(versions, probes, threads):
