@@ -339,13 +339,7 @@ class WriterLease:
                 return
             self._released = True
             self._stop.set()
-            for table in self.tables:
-                files = _Files(lease_path(table))
-                found = _read_record(files)
-                if found is not None and found[0] is not None and found[0].token == self.token:
-                    files.delete()
-        with _HELD_LOCK:
-            _HELD.pop(self.token, None)
+            _drop(self.tables, self.token)
         with contextlib.suppress(ValueError):
             _LEASES.remove(self)
 
@@ -490,16 +484,22 @@ def acquire(
                 break
             taken.append(table)
     except BaseException:
-        for table in taken:
-            files = _Files(lease_path(table))
-            found = _read_record(files)
-            if found is not None and found[0] is not None and found[0].token == record.token:
-                files.delete()
-        with _HELD_LOCK:
-            _HELD.pop(record.token, None)
+        _drop(taken, record.token)
         raise
     _LEASES.append(lease)
     return lease
+
+
+def _drop(tables: Iterable[str], token: str) -> None:
+    """Delete the lease files of ``tables`` that still name ``token`` (a file another job
+    has taken over since is left alone) and forget the token in this process."""
+    for table in tables:
+        files = _Files(lease_path(table))
+        found = _read_record(files)
+        if found is not None and found[0] is not None and found[0].token == token:
+            files.delete()
+    with _HELD_LOCK:
+        _HELD.pop(token, None)
 
 
 def ensure_free(tables: Iterable[str], *, take_over: bool = False) -> None:
