@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# JVM artifacts (delta-spark, Spark's Kafka source, a Kafka broker), from the pinned poms in jvm/
+JVM_STAMP := .jvm/.installed
 
-.PHONY: demo test lint bench soak smoke clean-venv
+.PHONY: demo test lint bench soak smoke jvm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	@scripts/check_java.sh
@@ -15,10 +17,17 @@ $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+$(JVM_STAMP): jvm/spark/pom.xml jvm/kafka/pom.xml scripts/fetch_jvm.sh
+	@scripts/check_java.sh
+	@scripts/fetch_jvm.sh spark kafka
+	@touch $(JVM_STAMP)
+
+jvm: $(JVM_STAMP)
+
+demo: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(JVM_STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -26,15 +35,15 @@ lint: $(STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
 	$(PY) -m ruff format --check lakehouse pipelines tests bench soak
 
-bench: $(STAMP)
+bench: $(STAMP) $(JVM_STAMP)
 	$(PY) -m bench.run $(ARGS)
 
 # Not part of `make test`: 20 minutes of input with SIGKILLs (soak/run.py); ARGS="--minutes 4"
-soak: $(STAMP)
+soak: $(STAMP) $(JVM_STAMP)
 	$(PY) -m soak.run $(ARGS)
 
-smoke: $(STAMP)
+smoke: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse smoke
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .jvm

@@ -9,20 +9,32 @@ depends on are set in one place:
   default ``INT96`` is not valid in a Delta table);
 * Arrow is enabled (decoding and the join kernels exchange Arrow batches with Python).
 
+The engine is delta-spark, and Kafka is read with Spark's own Kafka source. Their jars are
+not in the pyspark wheel: ``make`` copies them from Maven Central into ``.jvm/spark/`` (the
+pinned description is ``jvm/spark/pom.xml``), and :func:`get_spark` puts them on the classpath
+**only when the classes are not there already**. It looks for the classes themselves in the
+jars Spark will start with, so a Databricks runtime or a cluster image that ships Delta and
+Kafka gets nothing added. Delta's SQL extension and catalog are set on a session lakehouse
+creates; an existing session must have them already (every Databricks runtime does).
+
 Master and extra configuration come from arguments or the environment:
 ``LAKEHOUSE_SPARK_MASTER`` (default ``local[*]``) and ``LAKEHOUSE_SPARK_CONF`` (``key=value``
-pairs separated by ``;``). On Databricks or any existing cluster, :func:`get_spark` returns the
+pairs separated by ``;``); ``LAKEHOUSE_JVM_DIR`` names another folder of jars than the
+checkout's ``.jvm``. On Databricks or any existing cluster, :func:`get_spark` returns the
 active session unchanged apart from the settings above.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +47,18 @@ MIN_JAVA_MAJOR = 17
 
 #: lakehouse's log4j2 configuration: warnings, minus the noise of every local run.
 _LOG4J = (Path(__file__).parent / "log4j2.properties").as_uri()
+
+#: A class of each JVM component lakehouse needs, and the jar folder (under the JVM dir) that
+#: brings it when Spark does not have it.
+DELTA_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
+KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+_REQUIRED_CLASSES: Mapping[str, str] = {DELTA_CLASS: "delta-spark", KAFKA_CLASS: "spark-sql-kafka"}
+
+#: Delta's session extension and catalog: path-based SQL (``delta.`/path```), ALTER TABLE.
+DELTA_SESSION_CONF: Mapping[str, str] = {
+    "spark.sql.extensions": DELTA_CLASS,
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 #: Settings lakehouse relies on for correctness; they win over user configuration.
 REQUIRED_CONF: Mapping[str, str] = {
@@ -58,6 +82,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.parquet.summary.metadata.level": "NONE",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
+    # Delta rebuilds a table's state (files, app transactions) with a Spark job over its log
+    # whenever a batch sees a new version; the default 50 partitions make each of those jobs
+    # schedule 50 tasks for a log of a few kilobytes.
+    "spark.databricks.delta.snapshotPartitions": "2",
     # Stopping a streaming query while a Python data source call is in flight makes Spark's
     # interrupt handling run a deeply recursive regex; the default 1 MiB thread stack overflows
     # (a StackOverflowError dump of ~1000 lines). A larger stack lets it finish.
@@ -86,6 +114,104 @@ def java_major_version(java: str | None = None) -> int:
     major = int(match.group(1))
     # Java 8 and older report themselves as "1.8.0_..."
     return int(match.group(2) or 0) if major == 1 else major
+
+
+def jvm_dir() -> Path:
+    """The folder ``make`` fills with JVM artifacts: ``LAKEHOUSE_JVM_DIR`` or the checkout's
+    ``.jvm`` (next to the ``lakehouse`` package of an editable install)."""
+    configured = os.environ.get("LAKEHOUSE_JVM_DIR")
+    return Path(configured) if configured else Path(__file__).resolve().parents[1] / ".jvm"
+
+
+def _spark_home_jars() -> list[str]:
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    return sorted(glob.glob(os.path.join(home, "jars", "*.jar")))
+
+
+@functools.lru_cache(maxsize=64)
+def _jar_has(jar: str, entry: str, _mtime: float) -> bool:
+    try:
+        with zipfile.ZipFile(jar) as z:
+            z.getinfo(entry)
+        return True
+    except (KeyError, OSError, zipfile.BadZipFile):
+        return False
+
+
+def classpath_has(class_name: str, jars: Iterable[str]) -> bool:
+    """Whether one of ``jars`` (paths; directories and ``*`` globs are expanded) holds the class.
+
+    This is how :func:`get_spark` decides what to add before the JVM starts: by the classes the
+    classpath really has, not by guessing the platform from environment variables.
+    """
+    entry = class_name.replace(".", "/") + ".class"
+    for item in jars:
+        paths = glob.glob(item) if "*" in item else [item]
+        for path in paths:
+            if os.path.isdir(path):
+                paths_in = glob.glob(os.path.join(path, "*.jar"))
+            else:
+                paths_in = [path]
+            for jar in paths_in:
+                if jar.endswith(".jar") and os.path.exists(jar):
+                    if _jar_has(jar, entry, os.path.getmtime(jar)):
+                        return True
+    return False
+
+
+def _split_paths(value: str | None, sep: str) -> list[str]:
+    return [p.strip() for p in (value or "").split(sep) if p.strip()]
+
+
+def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings a new session needs so that delta-spark and Spark's Kafka source load.
+
+    Adds the jars of ``.jvm/spark`` to ``spark.jars`` only when the classpath Spark would start
+    with (its own jars, ``spark.jars``, ``spark.driver.extraClassPath``) lacks the classes,
+    and Delta's SQL extension and catalog unless ``conf`` names other ones.
+
+    Raises:
+        EnvironmentSetupError: a class is missing and ``make`` has not fetched the jars.
+    """
+    jars = _split_paths(conf.get("spark.jars"), ",")
+    classpath = [
+        *_spark_home_jars(),
+        *jars,
+        *_split_paths(conf.get("spark.driver.extraClassPath"), os.pathsep),
+    ]
+    missing = [c for c in _REQUIRED_CLASSES if not classpath_has(c, classpath)]
+    out: dict[str, str] = {}
+    if missing:
+        folder = jvm_dir() / "spark"
+        extra = sorted(glob.glob(str(folder / "*.jar")))
+        still = [c for c in missing if not classpath_has(c, extra)]
+        if still:
+            names = ", ".join(_REQUIRED_CLASSES[c] for c in still)
+            raise EnvironmentSetupError(
+                f"Spark's classpath lacks {names} and '{folder}' does not have the jars; run "
+                "'make jvm' in the checkout (Maven fetches them from Maven Central), set "
+                "LAKEHOUSE_JVM_DIR to a folder that has them, or give them in spark.jars"
+            )
+        out["spark.jars"] = ",".join([*jars, *extra])
+    for key, value in DELTA_SESSION_CONF.items():
+        out[key] = conf.get(key) or value
+    return out
+
+
+def _check_active_session(spark: SparkSession) -> None:
+    """An existing session (Databricks, a notebook) cannot be given jars: check it has them."""
+    loader = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+    for class_name, component in _REQUIRED_CLASSES.items():
+        try:
+            loader.loadClass(class_name)
+        except Exception as e:
+            raise EnvironmentSetupError(
+                f"the running Spark session has no {component} (class {class_name} is not on "
+                "its classpath), and jars cannot be added to a running session; start Spark "
+                "with them (a Databricks runtime has both), or let lakehouse start the session"
+            ) from e
 
 
 def parse_conf_env(value: str) -> dict[str, str]:
@@ -150,9 +276,11 @@ def get_spark(
     merged.update(conf or {})
     merged.update(REQUIRED_CONF)
     if active is not None:
+        _check_active_session(active)
         for key, value in REQUIRED_CONF.items():
             active.conf.set(key, value)
         return active
+    merged.update(engine_conf(merged))
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[*]")
     )
