@@ -150,14 +150,14 @@ def classpath_has(class_name: str, jars: Iterable[str]) -> bool:
     for item in jars:
         paths = glob.glob(item) if "*" in item else [item]
         for path in paths:
-            if os.path.isdir(path):
-                paths_in = glob.glob(os.path.join(path, "*.jar"))
-            else:
-                paths_in = [path]
-            for jar in paths_in:
-                if jar.endswith(".jar") and os.path.exists(jar):
-                    if _jar_has(jar, entry, os.path.getmtime(jar)):
-                        return True
+            inside = glob.glob(os.path.join(path, "*.jar")) if os.path.isdir(path) else [path]
+            for jar in inside:
+                if (
+                    jar.endswith(".jar")
+                    and os.path.exists(jar)
+                    and _jar_has(jar, entry, os.path.getmtime(jar))
+                ):
+                    return True
     return False
 
 

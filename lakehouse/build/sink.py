@@ -987,7 +987,7 @@ def _plan_target(
     exists = delta.table_exists(uri)
     table_types: dict[str, DataType] = {}
     if exists:
-        for f in delta.arrow_schema_to_spark(delta.table_schema(uri)).fields:
+        for f in delta.table_schema(uri).fields:
             table_types[f.name] = f.dataType
 
     # Column types: the table's where it has the column, else the first concrete type seen.
@@ -1253,4 +1253,4 @@ def _empty_like(uri: str) -> DataFrame:
 
     spark = SparkSession.getActiveSession()
     assert spark is not None
-    return spark.createDataFrame([], delta.arrow_schema_to_spark(delta.table_schema(uri)))
+    return spark.createDataFrame([], delta.table_schema(uri))

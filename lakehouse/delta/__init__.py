@@ -1,41 +1,54 @@
-"""Delta table access: the one place lakehouse touches the Delta protocol (via delta-rs)."""
+"""Delta tables through delta-spark: the one module that knows Delta (ARCHITECTURE.md).
 
+A micro-batch takes one :class:`TableSnapshot` of each table it needs (:func:`snapshot`),
+decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's idempotent
+``txnAppId``/``txnVersion``) and reads pinned versions with :func:`read`.
+"""
+
+from lakehouse.delta.table import NAMESPACE as NAMESPACE
 from lakehouse.delta.table import CommitInfo as CommitInfo
+from lakehouse.delta.table import TableSnapshot as TableSnapshot
 from lakehouse.delta.table import WriteResult as WriteResult
 from lakehouse.delta.table import append as append
-from lakehouse.delta.table import arrow_schema_to_spark as arrow_schema_to_spark
 from lakehouse.delta.table import check_compatible as check_compatible
-from lakehouse.delta.table import check_readable as check_readable
 from lakehouse.delta.table import commit_info as commit_info
 from lakehouse.delta.table import create_table as create_table
+from lakehouse.delta.table import files_at as files_at
 from lakehouse.delta.table import get_properties as get_properties
 from lakehouse.delta.table import history as history
 from lakehouse.delta.table import latest_version as latest_version
 from lakehouse.delta.table import overwrite as overwrite
 from lakehouse.delta.table import read as read
+from lakehouse.delta.table import read_files as read_files
 from lakehouse.delta.table import row_count as row_count
+from lakehouse.delta.table import same_type as same_type
 from lakehouse.delta.table import set_properties as set_properties
+from lakehouse.delta.table import snapshot as snapshot
 from lakehouse.delta.table import spark_schema_to_arrow as spark_schema_to_arrow
 from lakehouse.delta.table import table_exists as table_exists
 from lakehouse.delta.table import table_schema as table_schema
 from lakehouse.delta.table import transaction_version as transaction_version
 
 __all__ = [
+    "NAMESPACE",
     "CommitInfo",
+    "TableSnapshot",
     "WriteResult",
     "append",
-    "arrow_schema_to_spark",
     "check_compatible",
-    "check_readable",
     "commit_info",
     "create_table",
+    "files_at",
     "get_properties",
     "history",
     "latest_version",
     "overwrite",
     "read",
+    "read_files",
     "row_count",
+    "same_type",
     "set_properties",
+    "snapshot",
     "spark_schema_to_arrow",
     "table_exists",
     "table_schema",

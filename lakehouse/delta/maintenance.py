@@ -1,84 +1,85 @@
-"""Maintenance operations on Delta tables (delta-rs): a rewrite that commits only on the version
-it read, and a vacuum that keeps chosen versions readable.
+"""Maintenance operations on Delta tables, through delta-spark: deleting chosen rows of an
+append-only table (compaction), and a vacuum that keeps chosen versions readable.
 
 Kept apart from :mod:`.table` (the pipelines' read/append path) but, like it, the only place
-that touches delta-rs for these operations (ARCHITECTURE.md: all Delta access behind
-``lakehouse/delta``).
+that runs these operations (ARCHITECTURE.md: all Delta access behind ``lakehouse/delta``).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from deltalake import CommitProperties
-from deltalake.exceptions import CommitFailedError
-
 from lakehouse.delta.table import (
     WriteResult,
-    _add_actions,
-    _encode_metadata,
-    _join,
-    _open,
-    _remove_dir,
-    latest_version,
-    table_schema,
+    _first_line,
+    _java_class,
+    _quote,
+    _session,
+    _sql_metadata,
+    files_at,
+    snapshot,
 )
 from lakehouse.errors import ConcurrentCommitError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def overwrite_if_unchanged(
-    df: DataFrame,
+def delete_rows(
+    victims: DataFrame,
     uri: str,
     *,
+    on: Sequence[str],
     read_version: int,
     metadata: Mapping[str, Any] | None = None,
 ) -> WriteResult:
-    """Replace the table's rows with ``df``'s in one commit, **only if the table is still at
-    ``read_version``** (the version ``df`` was computed from).
+    """Delete from the table every row equal, on the columns ``on`` (NULL equal to NULL), to a
+    row of ``victims``, in one commit (Delta's ``MERGE ... WHEN MATCHED THEN DELETE``).
 
-    Delta's optimistic concurrency, made strict: the commit is attempted once, as version
-    ``read_version + 1``. delta-rs would otherwise rebase an overwrite over a concurrent
-    append without a conflict (measured with deltalake 1.6.6) and keep the appended files
-    next to the rewrite — which a rewrite computed without those rows must not silently
-    accept. The table's properties, schema and application transactions are kept (an
-    overwrite replaces files, not metadata).
+    Only the files that hold such rows are rewritten. Rows appended while it runs are not in
+    ``victims`` and are kept: Delta lets blind appends commit beside it. A change of the
+    table's metadata or of the files it read in the meantime makes it fail instead.
+
+    ``read_version`` is the version ``victims`` were computed from; a table already past it
+    when the delete starts is refused, so the victims are never applied to rows they were not
+    chosen from.
 
     Raises:
-        ConcurrentCommitError: another writer committed after ``read_version``; nothing was
-            committed and the staged files are removed.
+        ConcurrentCommitError: the table changed after ``read_version``, or a concurrent
+            commit conflicted; nothing was committed.
     """
-    schema = table_schema(uri, version=read_version)
-    staging = f"c-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:12]}"
-    target = _join(uri, staging)
-    df.write.mode("error").parquet(target)
-    actions, rows = _add_actions(uri, staging, schema)
-    props = CommitProperties(custom_metadata=_encode_metadata(metadata), max_commit_retries=0)
+    from delta.tables import DeltaTable
+
+    spark = victims.sparkSession
+    before = snapshot(uri, spark=spark)
+    if before.version != read_version:
+        raise _changed(uri, read_version, before.version)
+    condition = " AND ".join(f"t.`{c}` <=> v.`{c}`" for c in on)
+    target = DeltaTable.forPath(spark, uri).alias("t")
     try:
-        _open(uri, read_version).create_write_transaction(
-            actions, "overwrite", schema, commit_properties=props
-        )
-    except CommitFailedError as e:
-        _remove_dir(target)
-        now = latest_version(uri)
-        if now > read_version:
+        with _sql_metadata(spark, metadata):
+            target.merge(victims.alias("v"), condition).whenMatchedDelete().execute()
+    except Exception as e:
+        if "Concurrent" in _java_class(e) or "DELTA_CONCURRENT" in str(e):
             raise ConcurrentCommitError(
-                f"Delta table '{uri}' changed while it was being rewritten: it was read at "
-                f"version {read_version} and version(s) {read_version + 1}..{now} were committed "
-                "since (a running ingest appending, or a marker change). Nothing was written; "
-                "run the command again.",
+                f"Delta table '{uri}' changed while it was being rewritten: "
+                f"{_first_line(e)}. Nothing was written; run the command again.",
                 table_uri=uri,
             ) from e
         raise
-    except Exception:
-        _remove_dir(target)
-        raise
-    return WriteResult(version=read_version + 1, skipped=False, rows=rows, files=len(actions))
+    after = snapshot(uri, spark=spark)
+    return WriteResult(version=after.version, skipped=False, rows=0)
+
+
+def _changed(uri: str, read_version: int, now: int) -> ConcurrentCommitError:
+    return ConcurrentCommitError(
+        f"Delta table '{uri}' changed while it was being rewritten: it was read at "
+        f"version {read_version} and version(s) {read_version + 1}..{now} were committed "
+        "since (a running ingest appending, or a marker change). Nothing was written; "
+        "run the command again.",
+        table_uri=uri,
+    )
 
 
 def vacuum(
@@ -88,11 +89,12 @@ def vacuum(
     keep_versions: Sequence[int] = (),
     dry_run: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    spark: SparkSession | None = None,
 ) -> list[str]:
-    """Delete (or, with ``dry_run``, list) the files the latest version no longer uses and
-    that were removed more than ``retention_hours`` ago — except those any version in
-    ``keep_versions`` still reads. Files no commit ever referenced (staged by a write still
-    running, or by one that failed) are left alone.
+    """Delete (or, with ``dry_run``, list) the files the latest version does not read and
+    that are older than ``retention_hours`` — except those any version in ``keep_versions``
+    still reads (Delta's ``VACUUM ... USING INVENTORY``, given every data file of the table
+    but those).
 
     ``retention_hours`` None means the table's ``delta.deletedFileRetentionDuration``
     (default 7 days); an explicit value may be lower than that (the caller decided).
@@ -100,35 +102,87 @@ def vacuum(
     Returns:
         The files deleted (or that would be), relative to the table root.
     """
-    dt = _open(uri)
-    return list(
-        dt.vacuum(
-            retention_hours=retention_hours,
-            dry_run=dry_run,
-            enforce_retention_duration=retention_hours is None,
-            keep_versions=sorted(set(keep_versions)) or None,
-            commit_properties=CommitProperties(custom_metadata=_encode_metadata(metadata)),
+    from pyspark.sql import functions as F
+
+    spark = _session(spark)
+    snap = snapshot(uri, spark=spark).require()
+    protected: set[str] = set()
+    for version in sorted(set(keep_versions)):
+        protected.update(_normal(f) for f in files_at(uri, version, spark=spark))
+    listing = (
+        spark.read.format("binaryFile")
+        .option("recursiveFileLookup", "true")
+        .load(uri)
+        .select(
+            F.col("path"),
+            F.col("length"),
+            F.lit(False).alias("isDir"),
+            F.unix_millis(F.col("modificationTime")).alias("modificationTime"),
         )
     )
+    rows = [r for r in listing.collect() if _normal(r["path"]) not in protected]
+    base = str(snap._log.dataPath().toString()).rstrip("/")  # the form Delta matches on
+    inventory = spark.createDataFrame(
+        [(_rebase(r["path"], base), r["length"], False, r["modificationTime"]) for r in rows],
+        "path string, length bigint, isDir boolean, modificationTime bigint",
+    )
+    view = f"lakehouse_vacuum_inventory_{abs(hash((uri, tuple(protected)))) % 10**9}"
+    inventory.createOrReplaceTempView(view)
+    retain = "" if retention_hours is None else f" RETAIN {int(retention_hours)} HOURS"
+    statement = f"VACUUM {_quote(uri)} USING INVENTORY (SELECT * FROM {view}){retain}"
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    previous = spark.conf.get(check, None)
+    if retention_hours is not None:
+        spark.conf.set(check, "false")  # the caller chose the retention
+    try:
+        listed = [str(r[0]) for r in spark.sql(statement + " DRY RUN").collect()]
+        if not dry_run and listed:
+            with _sql_metadata(spark, metadata):
+                spark.sql(statement).collect()
+    finally:
+        if previous is None:
+            spark.conf.unset(check)
+        else:
+            spark.conf.set(check, previous)
+        spark.catalog.dropTempView(view)
+    return sorted(_relative(p, base) for p in listed)
 
 
-def oldest_readable_version(uri: str) -> int:
-    """The oldest version whose log is still there (older ones are gone after
-    ``delta.logRetentionDuration`` and checkpoints): time travel cannot go further back."""
-    latest = latest_version(uri)
-    history = _open(uri).history()
-    versions = [int(entry["version"]) for entry in history if "version" in entry]
-    oldest = min(versions, default=latest)
-    # the log may have been cleaned below the oldest history entry's checkpoint
-    while oldest < latest:
+def _normal(path: str) -> str:
+    """A file URI as a plain path (Spark writes ``file:/x``, ``file:///x`` or ``/x``)."""
+    for prefix in ("file://", "file:"):
+        if path.startswith(prefix):
+            path = path[len(prefix) :]
+            break
+    return "/" + path.lstrip("/") if not path.startswith(("s3", "gs", "abfs", "hdfs")) else path
+
+
+def _rebase(path: str, base: str) -> str:
+    """``path`` in the form of ``base`` (Delta keeps inventory entries under ``base/``)."""
+    if base.startswith("file:"):
+        return "file:" + _normal(path)
+    return path
+
+
+def _relative(path: str, base: str) -> str:
+    plain, root = _normal(path), _normal(base)
+    return plain[len(root) + 1 :] if plain.startswith(root + "/") else plain
+
+
+def oldest_readable_version(uri: str, *, spark: SparkSession | None = None) -> int:
+    """The oldest version Delta can still time-travel to (older commits are gone after
+    ``delta.logRetentionDuration`` and checkpoints)."""
+    from lakehouse.delta import _engine
+
+    spark = _session(spark)
+    snap = snapshot(uri, spark=spark).require()
+    low, high = 0, snap.version
+    # versions readable form a suffix of [0, latest]: find its start by bisection
+    while low < high:
+        middle = (low + high) // 2
         try:
-            _open(uri, oldest)
-            return oldest
+            _engine.snapshot_at(spark, snap._log, middle)
+            high = middle
         except Exception:
-            oldest += 1
-    return latest
-
-
-def files_at(uri: str, version: int) -> list[str]:
-    """The data files (URIs) the table's snapshot at ``version`` reads."""
-    return list(_open(uri, version).file_uris())
+            low = middle + 1
+    return low

@@ -1,244 +1,349 @@
-"""Delta tables through delta-rs, computed on by Spark.
+"""Delta tables through delta-spark, the engine lakehouse's users run.
 
-The Delta JVM connector is not available on every machine lakehouse runs on, so the Delta
-protocol (log, commits, transactions, properties, time travel) is handled by delta-rs
-(``deltalake``) while Spark does the computing:
+Every table a pipeline reads or writes goes through this module, and this module through
+delta-spark only (Databricks runs the same engine; Unity Catalog accepts commits from it):
 
-* **Writes**: Spark writes parquet files on its executors into a fresh directory under the
-  table root; the driver reads only the files' footers (row counts and min/max statistics) and
-  commits them as ``add`` actions in one Delta transaction. Batch data never passes through
-  the driver.
-* **Reads**: the file list of one pinned table version is taken from the Delta log and
-  handed to Spark's parquet reader with the table's schema. The directory is never re-listed,
-  so files of later or failed commits are never seen.
+* **Writes** are DataFrame writes (``format("delta")``) with Delta's own idempotent
+  transaction options ``txnAppId``/``txnVersion`` (the documented ``foreachBatch`` idiom):
+  a write whose ``(app_id, version)`` the table already records at a version >= ``version``
+  is a no-op. lakehouse looks first, on the same snapshot the write then uses, so a replay
+  is reported as skipped without starting a job; a second copy of the same pipeline racing
+  this one loses with Delta's ``ConcurrentTransactionException`` and is reported as skipped
+  too, never writing the batch twice (tests/integration/test_writer_race.py).
+* **Commit metadata** is Delta's ``userMetadata``: a JSON object of ``lakehouse.*`` keys.
+* **Properties** are set with ``ALTER TABLE delta.`uri` SET TBLPROPERTIES``.
+* **Reads** pin a version with ``versionAsOf``.
+* **One look per batch.** :func:`snapshot` reads a table's log once and returns a
+  :class:`TableSnapshot` (version, properties, schema, protocol, its last commits' metadata
+  and, on demand, its app transactions) that the batch decides from.
 
-Idempotence (exactly once) is the caller's contract with Spark's ``foreachBatch``: a write
-with ``txn=(app_id, version)`` is a **no-op when the table already records ``app_id`` at a
-version >= ``version``**. delta-rs records application transactions but does not skip a
-replayed one by itself (measured: two appends with the same transaction both commit), so the
-check is made here, before any file is written, on the snapshot the commit is then based on:
-two writers of the same batch racing (two instances of one pipeline) both pass the check, but
-the later commit conflicts with the earlier one's transaction and is skipped, never written
-twice (tests/integration/test_writer_race.py).
-
-Only this package imports ``deltalake``: it is the seam where a delta-spark engine could be
-slotted in where the JVM connector is present.
+Delta itself refuses to read a table whose protocol it cannot honour; the few places that
+read a pinned version's parquet files directly (the row-time join's caches) do so only when
+:meth:`TableSnapshot.readable_by_files` says the files alone are the table.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
-import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError
-from deltalake.exceptions import TableNotFoundError as _DeltaTableNotFound
-from deltalake.transaction import AddAction
-
-from lakehouse.errors import SchemaMismatchError, TableNotFoundError, UnsupportedTableError
+from lakehouse.delta import _engine
+from lakehouse.errors import (
+    ConcurrentCommitError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    UnsupportedTableError,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
-#: Prefix of every key lakehouse writes into table properties and commit metadata. delta-rs
-#: reserves the plain commit-info keys (``operation``, ``readVersion``, ...).
+#: Prefix of every key lakehouse writes into table properties and commit metadata.
 NAMESPACE = "lakehouse."
 
-#: Commit metadata: a mapping, or a callable giving it once the data files are written.
-Metadata = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
+#: Commit metadata: ``lakehouse.*`` keys; values are stringified (non-strings as JSON).
+Metadata = Mapping[str, Any] | None
 
-#: Reader features this read path honours. Anything else in a table's protocol is refused:
-#: reading such a table from its plain file list would return wrong rows (deletion vectors
-#: hide rows the files still hold; column mapping renames the files' physical columns).
-#: See https://github.com/delta-io/delta/blob/master/PROTOCOL.md#table-features
-SUPPORTED_READER_FEATURES = frozenset(
+#: Reader features under which a version's parquet files, read with the table schema, are
+#: exactly its rows. Others change what the files mean: deletion vectors hide rows the files
+#: still hold, column mapping renames the files' physical columns, type widening leaves older
+#: files with narrower types. See https://github.com/delta-io/delta/blob/master/PROTOCOL.md
+FILE_READABLE_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
 
-_FEATURE_ADVICE = {
-    "deletionVectors": (
-        "disable deletion vectors on the table (ALTER TABLE ... SET TBLPROPERTIES "
-        "('delta.enableDeletionVectors' = false) and REORG TABLE ... APPLY (PURGE)) "
-        "or read it with delta-spark"
-    ),
-    "columnMapping": "rewrite the table without column mapping, or read it with delta-spark",
-}
+#: Session setting through which Delta takes ``userMetadata`` for SQL commands.
+_USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+#: SQL commands that carry commit metadata set it on the session: one at a time.
+_sql_lock = threading.Lock()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CommitInfo:
-    """One entry of a table's history.
+    """One commit of a table's history.
 
     Attributes:
         version: the table version the commit created.
         timestamp_ms: commit time, epoch milliseconds.
-        operation: Delta operation name (``WRITE``, ``SET TBLPROPERTIES``, ...).
-        metadata: the ``lakehouse.*`` keys of the commit's custom metadata, values as written.
+        operation: Delta's operation name (``WRITE``, ``SET TBLPROPERTIES``, ...).
+        metadata: the ``lakehouse.*`` keys of the commit's ``userMetadata``, values as written.
+        app_transactions: the ``(app_id -> version)`` transactions the commit recorded.
+        rows: rows the commit wrote (``numOutputRows``), 0 when it wrote none.
     """
 
     version: int
     timestamp_ms: int
     operation: str
     metadata: Mapping[str, str] = field(default_factory=dict)
+    app_transactions: Mapping[str, int] = field(default_factory=dict)
+    rows: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WriteResult:
     """What a write did.
 
     Attributes:
-        version: the table version it created; the version already recorded when skipped.
+        version: the table version it created; the version already there when skipped.
         skipped: True when the table already held the transaction (a replayed batch).
         rows: rows written (0 when skipped).
-        files: data files added.
     """
 
     version: int
     skipped: bool
     rows: int
-    files: int
 
 
-# --------------------------------------------------------------------------------------------
-# Opening and checking
+class TableSnapshot:
+    """One look at a table's log: everything a micro-batch decides from, read once.
 
+    Built by :func:`snapshot`. The version, properties, schema and protocol come with it; the
+    metadata of recent commits (:meth:`commits`) and the app transactions
+    (:meth:`transaction_version`) are read the first time they are asked for and kept. A
+    snapshot never changes: a batch that wrote the table takes a new one to see its write.
 
-def table_exists(uri: str) -> bool:
-    """Return True when a Delta table (a ``_delta_log`` with a commit) is at ``uri``."""
-    return DeltaTable.is_deltatable(uri)
-
-
-def _open(uri: str, version: int | None = None) -> DeltaTable:
-    try:
-        return DeltaTable(uri) if version is None else DeltaTable(uri, version=version)
-    except _DeltaTableNotFound as e:
-        raise TableNotFoundError(
-            f"no Delta table at '{uri}'"
-            + (f" (version {version})" if version is not None else "")
-            + ": check the path, or run the job that creates it first",
-            table_uri=uri,
-        ) from e
-    except Exception as e:  # delta-rs raises plain exceptions for a missing version
-        if version is not None and "version" in str(e).lower():
-            raise TableNotFoundError(
-                f"Delta table '{uri}' has no version {version}: {e}", table_uri=uri
-            ) from e
-        raise
-
-
-def check_readable(uri: str, dt: DeltaTable | None = None) -> None:
-    """Refuse a table whose protocol needs reader features this path cannot honour.
-
-    Raises:
-        UnsupportedTableError: the table uses deletion vectors, column mapping, or another
-            reader feature outside :data:`SUPPORTED_READER_FEATURES`.
+    Attributes:
+        uri: the table location.
+        exists: False when no Delta table is at ``uri`` (then ``version`` is -1).
+        version: the latest version at the time of the look.
+        properties: table properties (``delta.*`` and ``lakehouse.*``).
     """
-    dt = dt or _open(uri)
-    protocol = dt.protocol()
-    features = set(protocol.reader_features or [])
-    mapping_mode = (dt.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
-    if protocol.min_reader_version == 2 and mapping_mode != "none":
-        features.add("columnMapping")
-    for feature in sorted(features - SUPPORTED_READER_FEATURES):
-        advice = _FEATURE_ADVICE.get(feature, "read it with delta-spark")
-        raise UnsupportedTableError(
-            f"Delta table '{uri}' requires reader feature '{feature}', which lakehouse "
-            f"cannot read; {advice}.",
-            table_uri=uri,
-            feature=feature,
-        )
-    if dt.metadata().partition_columns:
-        raise UnsupportedTableError(
-            f"Delta table '{uri}' is partitioned by {dt.metadata().partition_columns}; "
-            "lakehouse reads only unpartitioned tables (partition values are not stored in "
-            "the data files). Rewrite it unpartitioned or read it with delta-spark.",
-            table_uri=uri,
-            feature="partitionColumns",
-        )
 
+    def __init__(
+        self,
+        spark: SparkSession,
+        uri: str,
+        *,
+        log: Any | None = None,
+        jsnapshot: Any | None = None,
+    ) -> None:
+        self.spark = spark
+        self.uri = uri
+        self._log = log
+        self._jsnapshot = jsnapshot
+        self.exists = jsnapshot is not None and int(jsnapshot.version()) >= 0
+        self.version = int(jsnapshot.version()) if self.exists else -1
+        self.properties: Mapping[str, str] = _engine.properties(jsnapshot) if self.exists else {}
+        self._schema: StructType | None = None
+        self._commits: dict[int, CommitInfo | None] = {}
+        self._files: dict[int, Any] | None = None
+        self._txns: dict[str, int] | None = None
 
-# --------------------------------------------------------------------------------------------
-# Metadata: versions, properties, history, transactions
+    def __repr__(self) -> str:
+        return f"TableSnapshot({self.uri!r}, version={self.version})"
 
+    @property
+    def schema(self) -> StructType:
+        """The table schema (empty when there is no table)."""
+        from pyspark.sql.types import StructType
 
-def latest_version(uri: str) -> int:
-    """Return the latest committed version of the table."""
-    return _open(uri).version()
-
-
-def row_count(uri: str, *, version: int | None = None) -> int:
-    """Rows in the table at a version, from the log's file statistics (no data is read)."""
-    return int(_open(uri, version).count())
-
-
-def get_properties(uri: str, *, version: int | None = None) -> dict[str, str]:
-    """Return the table properties (``delta.*`` and ``lakehouse.*``) at a version."""
-    return dict(_open(uri, version).metadata().configuration or {})
-
-
-def set_properties(
-    uri: str, properties: Mapping[str, str], *, metadata: Mapping[str, Any] | None = None
-) -> int:
-    """Set table properties in one commit and return the new version.
-
-    Custom keys (``lakehouse.*``) are allowed: delta-rs 1.x rejects unknown keys unless told
-    not to (``raise_if_not_exists=False``), which this function does. ``metadata`` goes into
-    the commit's custom metadata, so the history shows why the properties changed.
-    """
-    dt = _open(uri)
-    dt.alter.set_table_properties(
-        {k: str(v) for k, v in properties.items()},
-        raise_if_not_exists=False,
-        commit_properties=CommitProperties(custom_metadata=_encode_metadata(metadata)),
-    )
-    return _open(uri).version()
-
-
-def transaction_version(uri: str, app_id: str) -> int | None:
-    """Return the last version recorded for application transaction ``app_id``, or None."""
-    return _open(uri).transaction_version(app_id)
-
-
-def history(uri: str, *, limit: int | None = None) -> list[CommitInfo]:
-    """Return the table's commits, newest first, with their ``lakehouse.*`` metadata."""
-    entries = _open(uri).history(limit)
-    out: list[CommitInfo] = []
-    for entry in entries:
-        meta = {k: str(v) for k, v in entry.items() if k.startswith(NAMESPACE)}
-        out.append(
-            CommitInfo(
-                version=int(entry["version"]),
-                timestamp_ms=int(entry.get("timestamp", 0)),
-                operation=str(entry.get("operation", "")),
-                metadata=meta,
+        if self._schema is None:
+            self._schema = (
+                StructType.fromJson(json.loads(_engine.schema_json(self._jsnapshot)))
+                if self.exists
+                else StructType([])
             )
-        )
-    return out
+        return self._schema
 
+    def require(self) -> TableSnapshot:
+        """Return self; raise :class:`TableNotFoundError` when there is no table."""
+        if not self.exists:
+            raise TableNotFoundError(
+                f"no Delta table at '{self.uri}': check the path, or run the job that creates "
+                "it first",
+                table_uri=self.uri,
+            )
+        return self
 
-def commit_info(uri: str, version: int) -> CommitInfo | None:
-    """Return the commit that created ``version``, or None when the log no longer has it."""
-    latest = latest_version(uri)
-    if version > latest:
+    def commit(self, version: int) -> CommitInfo | None:
+        """The commit that created ``version`` (None when the log no longer has it)."""
+        if version < 0 or version > self.version:
+            return None
+        if version not in self._commits:
+            if self._files is None:
+                self._files = _engine.commit_files(self._jsnapshot)
+            lines = _engine.commit_lines(self.spark, self._log, version, self._files.get(version))
+            self._commits[version] = _parse_commit(version, lines) if lines else None
+        return self._commits[version]
+
+    def commits(self, limit: int) -> Iterator[CommitInfo]:
+        """The last ``limit`` commits, newest first (fewer when the log holds fewer)."""
+        for version in range(self.version, max(self.version - limit, -1), -1):
+            info = self.commit(version)
+            if info is not None:
+                yield info
+
+    def find(self, limit: int, **metadata: str) -> CommitInfo | None:
+        """The newest of the last ``limit`` commits whose metadata has every given key/value,
+        keys spelled without the ``lakehouse.`` prefix (``find(8, pipeline="p", batchId="3")``)."""
+        wanted = {NAMESPACE + k: v for k, v in metadata.items()}
+        for info in self.commits(limit):
+            if all(info.metadata.get(k) == v for k, v in wanted.items()):
+                return info
         return None
-    for entry in history(uri, limit=latest - version + 1):
-        if entry.version == version:
-            return entry
-    return None
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last version recorded for application transaction ``app_id``, or None.
+
+        Delta rebuilds the table's state for this (small Spark jobs over the log); an
+        idempotent write of the same snapshot in the same batch reuses it.
+        """
+        if not self.exists:
+            return None
+        if self._txns is None:
+            self._txns = _engine.transactions(self._jsnapshot)
+        return self._txns.get(app_id)
+
+    def records(self, app_id: str, version: int) -> bool:
+        """Whether the table records ``app_id`` at ``version`` or later (a replayed batch)."""
+        recorded = self.transaction_version(app_id)
+        return recorded is not None and recorded >= version
+
+    def readable_by_files(self) -> bool:
+        """Whether the parquet files of a version, read with the table schema, are exactly its
+        rows: no partition columns, no column mapping, and only reader features in
+        :data:`FILE_READABLE_FEATURES`."""
+        if not self.exists:
+            return False
+        _, features = _engine.reader_features(self._jsnapshot)
+        mapping = self.properties.get("delta.columnMapping.mode", "none")
+        return (
+            set(features) <= FILE_READABLE_FEATURES
+            and mapping == "none"
+            and not _engine.partition_columns(self._jsnapshot)
+        )
 
 
-def _encode_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
+def _parse_commit(version: int, lines: list[str]) -> CommitInfo:
+    info: dict[str, Any] = {}
+    txns: dict[str, int] = {}
+    for line in lines:
+        # only the two actions we need; add/remove lines (most of a commit) are not parsed
+        if line.startswith('{"commitInfo"'):
+            info = json.loads(line)["commitInfo"]
+        elif line.startswith('{"txn"'):
+            txn = json.loads(line)["txn"]
+            txns[str(txn["appId"])] = int(txn["version"])
+    metadata: dict[str, str] = {}
+    raw = info.get("userMetadata")
+    if raw:
+        with contextlib.suppress(ValueError, TypeError):
+            decoded = json.loads(raw)
+            if isinstance(decoded, dict):
+                metadata = {
+                    str(k): str(v) for k, v in decoded.items() if str(k).startswith(NAMESPACE)
+                }
+    metrics = info.get("operationMetrics") or {}
+    return CommitInfo(
+        version=version,
+        timestamp_ms=int(info.get("inCommitTimestamp") or info.get("timestamp") or 0),
+        operation=str(info.get("operation", "")),
+        metadata=metadata,
+        app_transactions=txns,
+        rows=int(metrics.get("numOutputRows", 0) or 0),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions and snapshots
+
+
+def _session(spark: SparkSession | None = None) -> SparkSession:
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from lakehouse.spark import get_spark
+
+    return get_spark()
+
+
+def snapshot(uri: str, *, spark: SparkSession | None = None) -> TableSnapshot:
+    """Look at the table's log once (one listing of ``_delta_log``).
+
+    A missing table is not an error here: the snapshot says ``exists=False``.
+    """
+    spark = _session(spark)
+    log = _engine.delta_log(spark, uri)
+    jsnapshot = _engine.latest(spark, log, uri)
+    return TableSnapshot(spark, uri, log=log, jsnapshot=jsnapshot)
+
+
+def table_exists(uri: str, *, spark: SparkSession | None = None) -> bool:
+    """Return True when a Delta table (a ``_delta_log`` with a commit) is at ``uri``."""
+    return snapshot(uri, spark=spark).exists
+
+
+def latest_version(uri: str, *, spark: SparkSession | None = None) -> int:
+    """Return the latest committed version of the table."""
+    return snapshot(uri, spark=spark).require().version
+
+
+def get_properties(
+    uri: str, *, version: int | None = None, spark: SparkSession | None = None
+) -> dict[str, str]:
+    """Return the table properties (``delta.*`` and ``lakehouse.*``) at a version."""
+    snap = snapshot(uri, spark=spark).require()
+    if version is None or version == snap.version:
+        return dict(snap.properties)
+    return _engine.properties(_snapshot_at(snap, version))
+
+
+def _snapshot_at(snap: TableSnapshot, version: int) -> Any:
+    try:
+        return _engine.snapshot_at(snap.spark, snap._log, version)
+    except Exception as e:
+        raise TableNotFoundError(
+            f"Delta table '{snap.uri}' has no version {version} (latest {snap.version}): "
+            f"{_first_line(e)}",
+            table_uri=snap.uri,
+        ) from e
+
+
+def transaction_version(uri: str, app_id: str, *, spark: SparkSession | None = None) -> int | None:
+    """Return the last version recorded for application transaction ``app_id``, or None."""
+    return snapshot(uri, spark=spark).require().transaction_version(app_id)
+
+
+def history(
+    uri: str, *, limit: int | None = None, spark: SparkSession | None = None
+) -> list[CommitInfo]:
+    """Return the table's commits, newest first, with their ``lakehouse.*`` metadata."""
+    snap = snapshot(uri, spark=spark).require()
+    return list(snap.commits(limit if limit is not None else snap.version + 1))
+
+
+def commit_info(uri: str, version: int, *, spark: SparkSession | None = None) -> CommitInfo | None:
+    """Return the commit that created ``version``, or None when the log no longer has it."""
+    return snapshot(uri, spark=spark).require().commit(version)
+
+
+def row_count(uri: str, *, version: int | None = None, spark: SparkSession | None = None) -> int:
+    """Rows in the table at a version (Delta answers from its file statistics)."""
+    return int(read(_session(spark), uri, version=version).count())
+
+
+def table_schema(
+    uri: str, *, version: int | None = None, spark: SparkSession | None = None
+) -> StructType:
+    """Return the table's schema."""
+    from pyspark.sql.types import StructType
+
+    snap = snapshot(uri, spark=spark).require()
+    if version is None or version == snap.version:
+        return snap.schema
+    return StructType.fromJson(json.loads(_engine.schema_json(_snapshot_at(snap, version))))
+
+
+def _encode_metadata(metadata: Metadata) -> dict[str, str]:
     """Stringify commit metadata values; keys must already carry the ``lakehouse.`` prefix."""
     encoded: dict[str, str] = {}
     for key, value in (metadata or {}).items():
@@ -248,70 +353,35 @@ def _encode_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
     return encoded
 
 
+def _user_metadata(metadata: Metadata) -> str | None:
+    encoded = _encode_metadata(metadata)
+    return json.dumps(encoded, sort_keys=True) if encoded else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "desc", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 # --------------------------------------------------------------------------------------------
 # Schemas
 
 
-def spark_schema_to_arrow(schema: StructType) -> pa.Schema:
-    """Convert a Spark schema to the Arrow schema of the Delta table (timestamps as UTC µs)."""
+def spark_schema_to_arrow(schema: StructType) -> Any:
+    """Convert a Spark schema to Arrow (timestamps as UTC µs), as Delta stores them."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def arrow_schema_to_spark(schema: pa.Schema) -> StructType:
-    """Convert a Delta table's Arrow schema to a Spark schema."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
-
-
-def table_schema(uri: str, *, version: int | None = None) -> pa.Schema:
-    """Return the table's schema as Arrow."""
-    return pa.schema(_open(uri, version).schema().to_arrow())
-
-
-def create_table(
+def check_compatible(
     uri: str,
-    schema: pa.Schema | StructType,
+    incoming: StructType,
     *,
-    properties: Mapping[str, str] | None = None,
-    exist_ok: bool = False,
-    metadata: Mapping[str, Any] | None = None,
-) -> int:
-    """Create an empty, unpartitioned Delta table and return its version (0).
-
-    Args:
-        uri: table location (local path or object-store URI).
-        schema: columns; a Spark schema is converted with :func:`spark_schema_to_arrow`.
-        properties: table properties; custom ``lakehouse.*`` keys are accepted.
-        exist_ok: when the table exists already, check that it has every column of
-            ``schema`` with the same type and return its latest version instead of failing.
-        metadata: ``lakehouse.*`` commit metadata of the create commit.
-
-    Raises:
-        SchemaMismatchError: ``exist_ok`` and the existing table lacks a column or types differ.
-    """
-    arrow = schema if isinstance(schema, pa.Schema) else spark_schema_to_arrow(schema)
-    if table_exists(uri):
-        if not exist_ok:
-            raise SchemaMismatchError(f"a Delta table already exists at '{uri}'", table_uri=uri)
-        check_compatible(uri, arrow, allow_new_columns=False)
-        return latest_version(uri)
-    if "://" not in uri:
-        os.makedirs(uri, exist_ok=True)
-    DeltaTable.create(
-        uri,
-        arrow,
-        configuration=dict(properties or {}),
-        raise_if_key_not_exists=False,
-        commit_properties=CommitProperties(custom_metadata=_encode_metadata(metadata)),
-    )
-    return 0
-
-
-def check_compatible(uri: str, incoming: pa.Schema, *, allow_new_columns: bool) -> list[pa.Field]:
-    """Compare an incoming schema with the table's; return the incoming fields it lacks.
+    allow_new_columns: bool,
+    existing: StructType | None = None,
+) -> list[str]:
+    """Compare an incoming schema with the table's; return the incoming columns it lacks.
 
     A column present in the table but missing from ``incoming`` is fine (it reads NULL in the
     new rows). A column with another type is not.
@@ -320,52 +390,119 @@ def check_compatible(uri: str, incoming: pa.Schema, *, allow_new_columns: bool) 
         SchemaMismatchError: a type differs, or a column is new and ``allow_new_columns`` is
             False. The message names the table, the column and both types.
     """
-    existing = table_schema(uri)
-    new_fields: list[pa.Field] = []
-    for incoming_field in incoming:
-        idx = existing.get_field_index(incoming_field.name)
-        if idx < 0:
-            new_fields.append(incoming_field)
+    have = existing if existing is not None else table_schema(uri)
+    by_name = {f.name: f for f in have.fields}
+    new: list[str] = []
+    for column in incoming.fields:
+        current = by_name.get(column.name)
+        if current is None:
+            new.append(column.name)
             continue
-        have = existing.field(idx).type
-        if not _same_type(have, incoming_field.type):
+        if not same_type(current.dataType, column.dataType):
             raise SchemaMismatchError(
-                f"Delta table '{uri}': column '{incoming_field.name}' has type {have}, but the "
-                f"data has type {incoming_field.type}. Write to a new table, or cast the column "
+                f"Delta table '{uri}': column '{column.name}' has type "
+                f"{current.dataType.simpleString()}, but the data has type "
+                f"{column.dataType.simpleString()}. Write to a new table, or cast the column "
                 "to the table's type.",
                 table_uri=uri,
             )
-    if new_fields and not allow_new_columns:
-        names = ", ".join(f.name for f in new_fields)
+    if new and not allow_new_columns:
         raise SchemaMismatchError(
-            f"Delta table '{uri}' lacks column(s) {names} that the data has. Use schema "
-            "evolution (schema_mode='merge') or write to a new table.",
+            f"Delta table '{uri}' lacks column(s) {', '.join(new)} that the data has. Use "
+            "schema evolution (schema_mode='merge') or write to a new table.",
             table_uri=uri,
         )
-    return new_fields
+    return new
 
 
-def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    # Delta has one string, one binary and one timestamp(us, UTC) type; Arrow has several
-    # spellings of each.
-    def norm(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            return pa.string()
-        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-            return pa.binary()
-        if pa.types.is_timestamp(t):
-            return pa.timestamp("us", tz="UTC" if t.tz else None)
-        if pa.types.is_large_list(t) or pa.types.is_list_view(t):
-            return pa.list_(norm(t.value_type))
-        if pa.types.is_list(t):
-            return pa.list_(norm(t.value_type))
-        if pa.types.is_struct(t):
-            return pa.struct([pa.field(f.name, norm(f.type)) for f in t])
-        if pa.types.is_map(t):
-            return pa.map_(norm(t.key_type), norm(t.item_type))
-        return t
+def same_type(a: DataType, b: DataType) -> bool:
+    """Whether two Spark types are the same Delta type (nullability aside)."""
+    return a.simpleString() == b.simpleString()
 
-    return norm(a) == norm(b)
+
+# --------------------------------------------------------------------------------------------
+# Creating and altering
+
+
+@contextlib.contextmanager
+def _sql_metadata(spark: SparkSession, metadata: Metadata) -> Iterator[None]:
+    """Give the SQL commands run inside ``userMetadata`` (Delta takes it from the session)."""
+    text = _user_metadata(metadata)
+    with _sql_lock:
+        if text is None:
+            spark.conf.unset(_USER_METADATA_CONF)
+            yield
+            return
+        spark.conf.set(_USER_METADATA_CONF, text)
+        try:
+            yield
+        finally:
+            spark.conf.unset(_USER_METADATA_CONF)
+
+
+def _quote(uri: str) -> str:
+    return "delta.`" + uri.replace("`", "``") + "`"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def create_table(
+    uri: str,
+    schema: StructType,
+    *,
+    properties: Mapping[str, str] | None = None,
+    exist_ok: bool = False,
+    metadata: Metadata = None,
+    spark: SparkSession | None = None,
+) -> int:
+    """Create an empty, unpartitioned Delta table and return its version (0).
+
+    Args:
+        uri: table location (local path or object-store URI).
+        schema: the columns.
+        properties: table properties; custom ``lakehouse.*`` keys are accepted.
+        exist_ok: when the table exists already, check that it has every column of
+            ``schema`` with the same type and return its latest version instead of failing.
+        metadata: ``lakehouse.*`` commit metadata of the create commit.
+
+    Raises:
+        SchemaMismatchError: ``exist_ok`` and the existing table lacks a column or types differ.
+    """
+    from delta.tables import DeltaTable
+
+    spark = _session(spark)
+    snap = snapshot(uri, spark=spark)
+    if snap.exists:
+        if not exist_ok:
+            raise SchemaMismatchError(f"a Delta table already exists at '{uri}'", table_uri=uri)
+        check_compatible(uri, schema, allow_new_columns=False, existing=snap.schema)
+        return snap.version
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, str(value))
+    with _sql_metadata(spark, metadata):
+        builder.execute()
+    return 0
+
+
+def set_properties(
+    uri: str,
+    properties: Mapping[str, str],
+    *,
+    metadata: Metadata = None,
+    spark: SparkSession | None = None,
+) -> int:
+    """Set table properties in one commit (``ALTER TABLE ... SET TBLPROPERTIES``) and return
+    the new version. ``metadata`` goes into the commit's ``userMetadata``, so the history
+    shows why the properties changed."""
+    spark = _session(spark)
+    snapshot(uri, spark=spark).require()
+    pairs = ", ".join(f"{_sql_string(k)} = {_sql_string(str(v))}" for k, v in properties.items())
+    with _sql_metadata(spark, metadata):
+        spark.sql(f"ALTER TABLE {_quote(uri)} SET TBLPROPERTIES ({pairs})")
+    return snapshot(uri, spark=spark).version
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,23 +510,61 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
 
 
 def read(spark: SparkSession, uri: str, *, version: int | None = None) -> DataFrame:
-    """Read the table at ``version`` (latest when None) as a Spark DataFrame.
-
-    The DataFrame reads exactly the files of that version's snapshot, with the table's schema
-    (columns added later read as NULL in older files). It is lazy: nothing is scanned until
-    an action runs.
+    """Read the table at ``version`` (latest when None) as a Spark DataFrame (Delta's
+    ``versionAsOf``). Lazy: nothing is scanned until an action runs.
 
     Raises:
         TableNotFoundError: no table, or no such version.
-        UnsupportedTableError: see :func:`check_readable`.
+        UnsupportedTableError: Delta refuses the table's protocol.
     """
-    dt = _open(uri, version)
-    check_readable(uri, dt)
-    schema = arrow_schema_to_spark(pa.schema(dt.schema().to_arrow()))
-    files = dt.file_uris()
+    snap = snapshot(uri, spark=spark).require()
+    if version is not None and version > snap.version:
+        raise TableNotFoundError(
+            f"Delta table '{uri}' has no version {version} (latest {snap.version})",
+            table_uri=uri,
+        )
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    try:
+        return reader.load(uri)
+    except Exception as e:
+        raise _read_error(uri, version, e) from e
+
+
+def read_files(spark: SparkSession, snap: TableSnapshot, *, version: int) -> DataFrame:
+    """Read a version as a plain parquet scan of exactly its files, when
+    :meth:`TableSnapshot.readable_by_files` allows (the same rows as :func:`read`, in a form
+    whose file set callers can cache and extend); Delta's own read otherwise."""
+    delta_df = read(spark, snap.uri, version=version)
+    if not snap.readable_by_files():
+        return delta_df
+    files = sorted(delta_df.inputFiles())
+    schema = table_schema(snap.uri, version=version, spark=spark)
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
+
+
+def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:
+    """The data files (URIs) the table's snapshot at ``version`` reads."""
+    spark = _session(spark)
+    return sorted(read(spark, uri, version=version).inputFiles())
+
+
+def _read_error(uri: str, version: int | None, e: Exception) -> Exception:
+    text = _first_line(e)
+    if "DELTA_UNSUPPORTED_FEATURES_FOR_READ" in text or "UnsupportedTableFeature" in text:
+        return UnsupportedTableError(
+            f"Delta table '{uri}' needs a feature this delta-spark cannot read: {text}",
+            table_uri=uri,
+            feature="protocol",
+        )
+    if "VERSION" in text.upper() and version is not None:
+        return TableNotFoundError(
+            f"Delta table '{uri}' has no version {version}: {text}", table_uri=uri
+        )
+    return e
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,23 +579,24 @@ def append(
     metadata: Metadata = None,
     schema_mode: Literal["strict", "merge"] = "strict",
     max_files: int | None = None,
+    snap: TableSnapshot | None = None,
 ) -> WriteResult:
     """Append a DataFrame to the table, creating the table when it does not exist.
 
     Args:
         df: the rows; its schema must match the table's (see ``schema_mode``).
         uri: table location.
-        txn: ``(app_id, version)``. The write is a **no-op when the table already records
-            ``app_id`` at a version >= ``version``** (a replayed micro-batch), and records
-            the transaction otherwise. Without it, every call appends.
-        metadata: ``lakehouse.*`` keys for the commit's custom metadata (values are
-            stringified; non-strings as JSON). They appear in :func:`history`. A callable
-            is called once the data files are written, just before the commit: the place
-            for figures the write itself computes (``DataFrame.observe`` metrics).
+        txn: ``(app_id, version)``, given to Delta as ``txnAppId``/``txnVersion``: the write
+            is a **no-op when the table already records ``app_id`` at a version >=
+            ``version``** (a replayed micro-batch). Without it, every call appends.
+        metadata: ``lakehouse.*`` keys for the commit's ``userMetadata`` (values are
+            stringified; non-strings as JSON). They appear in :func:`history`.
         schema_mode: ``"merge"`` adds the DataFrame's new columns to the table (older rows
             read NULL); ``"strict"`` refuses them. Type changes are always refused.
         max_files: coalesce the DataFrame to at most this many files first (small batches
             otherwise leave one small file per Spark partition).
+        snap: the batch's snapshot of the table, when it has one (saves a look at the log;
+            its app transactions are the ones Delta's own check then uses).
 
     Returns:
         What was written. An empty DataFrame still commits (recording the transaction and
@@ -437,6 +613,7 @@ def append(
         metadata=metadata,
         schema_mode=schema_mode,
         max_files=max_files,
+        snap=snap,
     )
 
 
@@ -447,9 +624,11 @@ def overwrite(
     txn: tuple[str, int] | None = None,
     metadata: Metadata = None,
     max_files: int | None = None,
+    snap: TableSnapshot | None = None,
 ) -> WriteResult:
     """Replace the table's rows with the DataFrame's, in one commit (older versions stay
-    readable by time travel). Idempotence and metadata as in :func:`append`."""
+    readable by time travel; properties and app transactions stay). Idempotence and metadata
+    as in :func:`append`."""
     return _write(
         df,
         uri,
@@ -458,6 +637,7 @@ def overwrite(
         metadata=metadata,
         schema_mode="merge",
         max_files=max_files,
+        snap=snap,
     )
 
 
@@ -470,174 +650,64 @@ def _write(
     metadata: Metadata,
     schema_mode: Literal["strict", "merge"],
     max_files: int | None,
+    snap: TableSnapshot | None,
 ) -> WriteResult:
-    arrow_schema = spark_schema_to_arrow(df.schema)
-    if not table_exists(uri):
-        try:
-            create_table(uri, arrow_schema)
-        except Exception:
-            if not table_exists(uri):
-                raise  # not a concurrent writer creating it first
-    # The transaction check and the commit use ONE snapshot: a writer that commits the same
-    # app transaction after this snapshot makes our commit conflict (delta-rs checks the
-    # app ids a commit carries against the winning commits) instead of writing the batch
-    # twice. Re-opening the table for the commit would hide that writer's commit.
-    dt = _open(uri)
-    if _already_recorded(dt, txn):
-        return WriteResult(version=dt.version(), skipped=True, rows=0, files=0)
-    new_fields = check_compatible(uri, arrow_schema, allow_new_columns=schema_mode == "merge")
-    if new_fields:
-        _add_columns(uri, new_fields)
-        dt = _open(uri)
-        if _already_recorded(dt, txn):
-            return WriteResult(version=dt.version(), skipped=True, rows=0, files=0)
-    table_arrow = pa.schema(dt.schema().to_arrow())
-
-    staging = f"w-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:12]}"
-    target = _join(uri, staging)
-    to_write = df.coalesce(max_files) if max_files else df
-    to_write.write.mode("error").parquet(target)
-    actions, rows = _add_actions(uri, staging, table_arrow)
-
-    props = CommitProperties(
-        custom_metadata=_encode_metadata(metadata() if callable(metadata) else metadata),
-        app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
-    )
-    try:
-        dt.create_write_transaction(actions, mode, table_arrow, commit_properties=props)
-    except Exception as e:
-        _remove_dir(target)
-        if isinstance(e, CommitFailedError) and txn is not None:
-            # A concurrent commit won. If it recorded this batch (another instance of the same
-            # pipeline), the batch is written: skip, exactly as a replay would.
-            current = _open(uri)
-            if _already_recorded(current, txn):
-                return WriteResult(version=current.version(), skipped=True, rows=0, files=0)
-        raise
-    return WriteResult(version=latest_version(uri), skipped=False, rows=rows, files=len(actions))
-
-
-def _already_recorded(dt: DeltaTable, txn: tuple[str, int] | None) -> bool:
-    """The snapshot records ``txn``'s app id at a version >= ``txn``'s (a replayed batch)."""
-    if txn is None:
-        return False
-    recorded = dt.transaction_version(txn[0])
-    return recorded is not None and recorded >= txn[1]
-
-
-def _add_columns(uri: str, fields: Iterable[pa.Field]) -> None:
-    from deltalake import Field as DeltaField
-    from deltalake import Schema as DeltaSchema
-
-    delta_fields = DeltaSchema.from_arrow(pa.schema([f.with_nullable(True) for f in fields])).fields
-    dt = _open(uri)
-    dt.alter.add_columns(
-        list(delta_fields) if not isinstance(delta_fields, DeltaField) else [delta_fields],
-        commit_properties=CommitProperties(
-            custom_metadata={"lakehouse.schemaChange": json.dumps([f.name for f in fields])}
-        ),
-    )
-
-
-def _join(uri: str, name: str) -> str:
-    return uri.rstrip("/") + "/" + name
-
-
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
-
-
-def _remove_dir(uri: str) -> None:
-    fs, path = _filesystem(uri)
-    # best effort: the files of a failed commit are unreferenced and vacuum removes them
-    with contextlib.suppress(FileNotFoundError, OSError):
-        fs.delete_dir(path)
-
-
-def _add_actions(uri: str, staging: str, schema: pa.Schema) -> tuple[list[AddAction], int]:
-    """Turn the parquet files Spark wrote under ``staging`` into Delta ``add`` actions.
-
-    Only footers are read: row counts and per-column min/max/null counts, which become the
-    file's Delta statistics so readers can skip files. Empty files are deleted, not added.
-    """
-    fs, root = _filesystem(uri)
-    selector = pafs.FileSelector(root + "/" + staging, recursive=False)
-    actions: list[AddAction] = []
-    total = 0
-    for info in fs.get_file_info(selector):
-        base = info.base_name
-        if not base.endswith(".parquet") or base.startswith((".", "_")):
-            continue
-        with fs.open_input_file(info.path) as handle:
-            meta = pq.ParquetFile(handle).metadata
-        if meta.num_rows == 0:
-            fs.delete_file(info.path)
-            continue
-        total += meta.num_rows
-        actions.append(
-            AddAction(
-                path=f"{staging}/{base}",
-                size=info.size,
-                partition_values={},
-                modification_time=int((info.mtime_ns or time.time_ns()) // 1_000_000),
-                data_change=True,
-                stats=json.dumps(_file_stats(meta, schema), default=str),
-            )
+    spark = df.sparkSession
+    snap = snap if snap is not None else snapshot(uri, spark=spark)
+    if snap.exists:
+        if txn is not None and snap.records(*txn):
+            return WriteResult(version=snap.version, skipped=True, rows=0)
+        check_compatible(
+            uri, df.schema, allow_new_columns=schema_mode == "merge", existing=snap.schema
         )
-    return actions, total
+    writer = (df.coalesce(max_files) if max_files else df).write.format("delta").mode(mode)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+    text = _user_metadata(metadata)
+    if text is not None:
+        writer = writer.option("userMetadata", text)
+    if schema_mode == "merge":
+        writer = writer.option("mergeSchema", "true")
+    try:
+        writer.save(uri)
+    except Exception as e:
+        name = _java_class(e)
+        if txn is not None and "ConcurrentTransaction" in name:
+            # another copy of this pipeline committed the same batch first: written once
+            return WriteResult(version=snapshot(uri, spark=spark).version, skipped=True, rows=0)
+        if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
+            raise ConcurrentCommitError(
+                f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
+                table_uri=uri,
+            ) from e
+        if "DELTA_FAILED_TO_MERGE_FIELDS" in str(e) or "SCHEMA" in str(e).split("]")[0].upper():
+            raise SchemaMismatchError(
+                f"Delta table '{uri}' refused the data's schema: {_first_line(e)}",
+                table_uri=uri,
+            ) from e
+        raise
+    after = snapshot(uri, spark=spark)
+    info = after.commit(after.version)
+    if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
+        # Delta skipped it: the transaction arrived in a commit after our snapshot
+        for past in after.commits(max(after.version - snap.version, 1)):
+            if past.app_transactions.get(txn[0]) == txn[1]:
+                return WriteResult(version=past.version, skipped=False, rows=past.rows)
+        return WriteResult(version=after.version, skipped=True, rows=0)
+    return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
 
 
-_STATS_TYPES = (
-    pa.types.is_integer,
-    pa.types.is_floating,
-    pa.types.is_string,
-    pa.types.is_date,
-    pa.types.is_boolean,
-)
-
-
-def _file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> dict[str, Any]:
-    """Delta file statistics from a parquet footer (PROTOCOL.md#per-file-statistics).
-
-    Only flat columns of simple types get min/max; a value that would be imprecise is left
-    out rather than guessed, since readers use the statistics to skip files.
-    """
-    stats: dict[str, Any] = {
-        "numRecords": meta.num_rows,
-        "minValues": {},
-        "maxValues": {},
-        "nullCount": {},
-    }
-    wanted = {f.name: f.type for f in schema if any(test(f.type) for test in _STATS_TYPES)}
-    paths = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    for name, typ in wanted.items():
-        idx = paths.get(name)
-        if idx is None:
-            continue
-        mins, maxs, nulls, complete = [], [], 0, True
-        for rg in range(meta.num_row_groups):
-            col = meta.row_group(rg).column(idx)
-            st = col.statistics
-            if st is None or not st.has_null_count:
-                complete = False
-                break
-            nulls += st.null_count
-            if st.has_min_max:
-                mins.append(st.min)
-                maxs.append(st.max)
-        if not complete:
-            continue
-        stats["nullCount"][name] = nulls
-        if mins and not (
-            pa.types.is_floating(typ)
-            # NaN and ±inf have no JSON number form (delta-rs refuses the log entry)
-            and any(isinstance(v, float) and not math.isfinite(v) for v in mins + maxs)
-        ):
-            lo, hi = min(mins), max(maxs)
-            if isinstance(lo, bytes):
-                continue
-            stats["minValues"][name] = lo.isoformat() if hasattr(lo, "isoformat") else lo
-            stats["maxValues"][name] = hi.isoformat() if hasattr(hi, "isoformat") else hi
-    return stats
+def _java_class(e: BaseException) -> str:
+    """The Java exception class behind a py4j / pyspark error ('' when there is none)."""
+    java = getattr(e, "java_exception", None)
+    if java is None:
+        return type(e).__name__
+    try:
+        names = [str(java.getClass().getName())]
+        cause = java.getCause()
+        while cause is not None and len(names) < 5:
+            names.append(str(cause.getClass().getName()))
+            cause = cause.getCause()
+        return " ".join(names)
+    except Exception:
+        return type(e).__name__

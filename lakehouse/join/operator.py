@@ -477,7 +477,7 @@ class TemporalJoin:
         released_n = matched_n = 0
         if can_join:
             # The released and matched counts are observed while the write computes the join
-            # (one pass over the rows, no cache) and go into the commit it then makes.
+            # (one pass over the rows, no cache) and go into the pending table's commit.
             joined = self._output(staged, plan, batch_id)
             observed = Observation(f"lakehouse-join-{o.pipeline_id}-{batch_id}")
             counting = [
@@ -490,25 +490,17 @@ class TemporalJoin:
                 out = out.filter(F.col(MATCHED) | F.col("_expired_row"))
             out = out.drop("_expired_row")
 
-            def output_metadata() -> dict[str, Any]:
-                nonlocal released_n, matched_n
-                metrics = observed.get
-                released_n, matched_n = int(metrics["n"]), int(metrics["m"] or 0)
-                return {
-                    "lakehouse.batchId": batch_id,
-                    "lakehouse.pipeline": o.pipeline_id,
-                    META_PLAN: plan.to_json(),
-                    "lakehouse.released": released_n,
-                    "lakehouse.matched": matched_n,
-                    **bound_meta,
-                }
-
             written = delta.append(
                 out,
                 o.output_uri,
                 txn=(o.pipeline_id, batch_id),
                 schema_mode="merge",
-                metadata=output_metadata,
+                metadata={
+                    "lakehouse.batchId": batch_id,
+                    "lakehouse.pipeline": o.pipeline_id,
+                    META_PLAN: plan.to_json(),
+                    **bound_meta,
+                },
                 max_files=2,
             )
             if written.skipped:
@@ -517,6 +509,9 @@ class TemporalJoin:
                 # commit only.
                 recount = joined.agg(*counting).first()
                 released_n, matched_n = int(recount["n"]), int(recount["m"] or 0)
+            else:
+                metrics = observed.get
+                released_n, matched_n = int(metrics["n"]), int(metrics["m"] or 0)
 
         failpoint("join.after_output", batch_id)
         keep = staged.filter(
@@ -544,6 +539,7 @@ class TemporalJoin:
                 "lakehouse.pendingRows": pending_n,
                 "lakehouse.arrived": arrived,
                 "lakehouse.released": released_n,
+                "lakehouse.matched": matched_n,
                 "lakehouse.deadLettered": dead_n,
                 **bound_meta,
             },

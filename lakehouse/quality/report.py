@@ -527,7 +527,7 @@ def _pin(
         **dict.fromkeys(probe_key, "probe_key"),
         probe_id: "probe_id",
     }
-    pending_schema = delta.arrow_schema_to_spark(
+    pending_schema = (
         delta.table_schema(pending_uri, version=pending_version)
     )
     _require_columns(
@@ -540,7 +540,7 @@ def _pin(
         _require_columns(
             "output",
             output_uri,
-            delta.table_schema(output_uri, version=output_version).names,
+            delta.table_schema(output_uri, version=output_version).fieldNames(),
             {
                 **settings,
                 **dict.fromkeys((_MATCHED, _BUILD_VERSION, _JOIN_MODE, _BATCH_ID), "output_uri"),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from deltalake import DeltaTable, TableFeatures
+from deltalake import DeltaTable
 from helpers import assert_table_at_version
 
 from lakehouse import delta
-from lakehouse.errors import SchemaMismatchError, TableNotFoundError, UnsupportedTableError
+from lakehouse.delta import _engine
+from lakehouse.errors import SchemaMismatchError, TableNotFoundError
 
 pytestmark = pytest.mark.spark
 
@@ -106,20 +107,42 @@ def test_new_column_refused_in_strict_mode(spark, tmp_path):
 def test_type_change_is_refused_naming_column_and_types(spark, tmp_path):
     uri = str(tmp_path / "t")
     delta.append(spark.sql("SELECT 1L AS id"), uri)
-    with pytest.raises(SchemaMismatchError, match=r"column 'id' has type int64.*string"):
+    with pytest.raises(SchemaMismatchError, match=r"column 'id' has type bigint.*string"):
         delta.append(spark.sql("SELECT 'a' AS id"), uri, schema_mode="merge")
     assert delta.read(spark, uri).collect() == [(1,)]
 
 
-def test_table_with_deletion_vectors_is_refused(spark, tmp_path):
+def test_table_with_deletion_vectors_is_read_by_delta_not_by_its_files(spark, tmp_path):
+    # deletion vectors hide rows the files still hold: the file-level read (the row-time
+    # join's caches) must not be used, and Delta's own read must not show the deleted row
     uri = str(tmp_path / "t")
-    delta.append(_rows(spark, 0, 2), uri)
-    DeltaTable(uri).alter.add_feature(
-        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
-    )
-    with pytest.raises(UnsupportedTableError, match="reader feature 'deletionVectors'") as err:
-        delta.read(spark, uri)
-    assert err.value.feature == "deletionVectors"
+    delta.append(_rows(spark, 0, 4).coalesce(1), uri)
+    assert delta.snapshot(uri).readable_by_files()
+    spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 1")
+    snap = delta.snapshot(uri)
+    assert not snap.readable_by_files()
+    for df in (delta.read(spark, uri), delta.read_files(spark, snap, version=snap.version)):
+        assert sorted(r.id for r in df.collect()) == [0, 2, 3]
+
+
+def test_one_snapshot_answers_version_properties_history_and_transactions(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    assert not delta.snapshot(uri).exists
+    delta.append(_rows(spark, 0, 2), uri, txn=("job", 4), metadata={"lakehouse.batchId": 4})
+    delta.set_properties(uri, {"lakehouse.x": "1"}, metadata={"lakehouse.reason": "r"})
+    reads = _engine.LOG_READS[uri]
+    snap = delta.snapshot(uri)
+    assert (snap.version, snap.properties["lakehouse.x"]) == (1, "1")
+    assert [c.metadata for c in snap.commits(5)] == [
+        {"lakehouse.reason": "r"},
+        {"lakehouse.batchId": "4"},
+    ]
+    assert snap.commit(0).app_transactions == {"job": 4} and snap.commit(0).rows == 2
+    assert snap.find(5, batchId="4").version == 0 and snap.find(5, batchId="5") is None
+    assert snap.transaction_version("job") == 4 and snap.records("job", 3)
+    assert [f.name for f in snap.schema.fields] == ["id", "name", "ts", "amount"]
+    assert _engine.LOG_READS[uri] == reads + 1  # all of it from one look at the log
 
 
 def test_missing_table_and_version_are_named(spark, tmp_path):

@@ -3,7 +3,6 @@ errors that name the setting."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from lakehouse import delta
@@ -76,12 +75,15 @@ def test_durations_and_times():
         _time_ms("yesterday", "horizon")
 
 
-def test_vacuum_of_a_build_table_without_outputs_is_refused(tmp_path, capsys, monkeypatch):
+@pytest.mark.spark
+def test_vacuum_of_a_build_table_without_outputs_is_refused(spark, tmp_path, capsys, monkeypatch):
+    from pyspark.sql.types import StructType
+
     monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
     uri = str(tmp_path / "rates")
     delta.create_table(
         uri,
-        pa.schema([("k", pa.string())]),
+        StructType.fromDDL("k string"),
         properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_TABLE_KIND: "build"},
     )
     with pytest.raises(SystemExit) as exited:

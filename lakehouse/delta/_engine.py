@@ -1,0 +1,145 @@
+"""The bridge to delta-spark's JVM classes that its Python API does not expose.
+
+delta-spark's Python API (``delta.tables.DeltaTable``) writes, reads and shows history, but a
+micro-batch needs more from one look at a table: its version, properties, protocol, the
+application transactions it records and the metadata of its last commits. The Python API gets
+the last of these with a Spark job (``DeltaTable.history`` reads the commit files in a job), and
+has no call for app transactions at all. This module asks the engine's own ``DeltaLog`` for
+them on the driver:
+
+* :func:`latest` — ``DeltaLog.update()``: one listing of ``_delta_log`` (and the new commit
+  files), the snapshot every later call of the batch reuses;
+* :func:`commit_lines` — the JSON lines of one commit file, read through the table's
+  ``LogStore`` (the engine's own reader, so object stores and staged commits work as they
+  do for Delta);
+* :func:`transactions` — ``Snapshot.transactions``: Delta rebuilds the table state for it
+  (small Spark jobs over the log), which the idempotent write of the same batch needs anyway
+  and then reuses, since it runs on the same snapshot.
+
+The calls are to classes of delta-spark 4.x (``org.apache.spark.sql.delta.DeltaLog``,
+``Snapshot``) pinned in ``jvm/spark/pom.xml``; tests/integration/test_delta.py exercises each
+one, so a delta-spark upgrade that moves them fails there first.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: How often each table's log was read (``DeltaLog.update``) by this process, by URI: the
+#: per-batch cost figure tests and benchmarks check.
+LOG_READS: Counter[str] = Counter()
+_lock = threading.Lock()
+
+_COMMIT_FILE = re.compile(r"(\d{20})(?:\.[0-9a-fA-F-]+)?\.json$")
+
+
+def _jvm(spark: SparkSession) -> Any:
+    return spark.sparkContext._jvm  # type: ignore[attr-defined]
+
+
+def _none(spark: SparkSession) -> Any:
+    return _jvm(spark).scala.Option.empty()
+
+
+def delta_log(spark: SparkSession, uri: str) -> Any:
+    """The engine's (cached, per-path) ``DeltaLog`` of the table at ``uri``."""
+    jvm = _jvm(spark)
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession,  # type: ignore[attr-defined]
+        uri,
+    )
+
+
+def latest(spark: SparkSession, log: Any, uri: str) -> Any:
+    """The table's latest snapshot (``DeltaLog.update``); counted in :data:`LOG_READS`."""
+    with _lock:
+        LOG_READS[uri] += 1
+    return log.update(False, _none(spark), _none(spark))
+
+
+def snapshot_at(spark: SparkSession, log: Any, version: int) -> Any:
+    """The snapshot of ``version`` (``DeltaLog.getSnapshotAt``)."""
+    return log.getSnapshotAt(version, _none(spark), _none(spark), False)
+
+
+def commit_files(snapshot: Any) -> dict[int, Any]:
+    """The commit files (Hadoop ``FileStatus``) the snapshot's log segment lists, by version:
+    the commits since its checkpoint, staged (not yet backfilled) ones included."""
+    deltas = snapshot.logSegment().deltas()
+    out: dict[int, Any] = {}
+    for i in range(deltas.size()):
+        status = deltas.apply(i)
+        match = _COMMIT_FILE.search(status.getPath().getName())
+        if match:
+            out[int(match.group(1))] = status
+    return out
+
+
+def commit_lines(spark: SparkSession, log: Any, version: int, status: Any | None) -> list[str]:
+    """The JSON lines of the commit that created ``version`` ([] when the log no longer has
+    it). ``status`` is its ``FileStatus`` when the snapshot lists it; otherwise the backfilled
+    file ``_delta_log/<version>.json`` is read."""
+    conf = log.newDeltaHadoopConf()
+    store = log.store()
+    try:
+        if status is not None:
+            seq = store.read(status, conf)
+        else:
+            jvm = _jvm(spark)
+            path = jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+            seq = store.read(path, conf)
+    except Exception as e:  # py4j wraps java.io.FileNotFoundException
+        if "FileNotFoundException" in str(e) or "does not exist" in str(e):
+            return []
+        raise
+    text: str = seq.mkString("\n")
+    return text.split("\n") if text else []
+
+
+def transactions(snapshot: Any) -> dict[str, int]:
+    """Application id -> last recorded version (Delta's ``SetTransaction`` actions)."""
+    jmap = snapshot.transactions()
+    out: dict[str, int] = {}
+    it = jmap.iterator()
+    while it.hasNext():
+        pair = it.next()
+        out[str(pair._1())] = int(pair._2())
+    return out
+
+
+def properties(snapshot: Any) -> dict[str, str]:
+    """The table properties (``Metadata.configuration``) of the snapshot."""
+    conf = snapshot.metadata().configuration()
+    out: dict[str, str] = {}
+    it = conf.iterator()
+    while it.hasNext():
+        pair = it.next()
+        out[str(pair._1())] = str(pair._2())
+    return out
+
+
+def schema_json(snapshot: Any) -> str:
+    """The table schema (Spark's JSON form) of the snapshot."""
+    return str(snapshot.schema().json())
+
+
+def partition_columns(snapshot: Any) -> list[str]:
+    cols = snapshot.metadata().partitionColumns()
+    return [str(cols.apply(i)) for i in range(cols.size())]
+
+
+def reader_features(snapshot: Any) -> tuple[int, list[str]]:
+    """``(minReaderVersion, readerFeatures)`` of the snapshot's protocol."""
+    protocol = snapshot.protocol()
+    names = protocol.readerFeatureNames()
+    it = names.iterator()
+    features: list[str] = []
+    while it.hasNext():
+        features.append(str(it.next()))
+    return int(protocol.minReaderVersion()), sorted(features)
