@@ -28,10 +28,13 @@ configured join's watermark. Versions arriving later with a start at or before *
 later than the build watermark allows) would compete with an *L* that may have been dropped:
 choose the horizon behind the build watermark, which is what ``--retention`` does.
 
-The rewrite is one atomic Delta overwrite (:func:`lakehouse.delta.maintenance.
-overwrite_if_unchanged`): committed only on the version it read, with the table's properties
-(snapshot marker included) and transaction ids kept, and what it did in the commit metadata
-(``lakehouse.compaction``). Earlier versions stay readable by time travel until vacuumed.
+The rewrite is one Delta commit that deletes the dropped rows (:func:`lakehouse.delta.
+maintenance.delete_rows`, a ``MERGE ... WHEN MATCHED THEN DELETE`` on the rows' identity: key,
+start, position, operation): started only on the version it read, rewriting only the files
+that hold dropped rows, with the table's properties (snapshot marker included) and
+transaction ids untouched, and what it did in the commit metadata (``lakehouse.compaction``).
+Rows the ingest appends while it runs are kept: they start after every dropped row. Earlier
+versions stay readable by time travel until vacuumed.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.build import layout as L
 from lakehouse.build.marker import last_max_event_time, last_watermark
-from lakehouse.delta.maintenance import overwrite_if_unchanged
+from lakehouse.delta.maintenance import delete_rows
 from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.time import WATERMARK_MIN, Watermark
 
@@ -252,14 +255,16 @@ def compact(
         )
         if dry_run or rows_after == rows_before:
             return _done(result, started)
-        step(f"writing {rows_after} of {rows_before} rows")
-        kept = plan.filter(F.col("_drop").isNull()).drop("_drop")
+        step(f"deleting {rows_before - rows_after} of {rows_before} rows")
+        identity = [*keys, L.EVENT_TIME, L.SEQ, L.OP]
+        victims = plan.filter(F.col("_drop").isNotNull()).select(*identity)
         if before_commit is not None:
             before_commit()
         step("committing")
-        written = overwrite_if_unchanged(
-            kept.orderBy(*keys, L.EVENT_TIME, L.SEQ),
+        written = delete_rows(
+            victims,
             uri,
+            on=identity,
             read_version=read_version,
             metadata={
                 META_OPERATION: "compact",

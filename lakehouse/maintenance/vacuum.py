@@ -2,8 +2,9 @@
 
 Every output row records in ``_build_version`` the build table version it joined: time travel
 to that version re-derives the row. A plain vacuum deletes the files of old versions once they
-are older than the retention, and breaks that. This one asks delta-rs to keep every version
-still needed readable (``keep_versions``) while it removes the rest:
+are older than the retention, and breaks that. This one keeps every version still needed
+readable while it removes the rest: Delta's ``VACUUM ... USING INVENTORY`` is given every data
+file of the table except those the kept versions read, so it cannot delete those:
 
 * every ``_build_version`` value present in the configured output tables (the rows still in
   the output: what the output's own retention kept);
@@ -12,8 +13,9 @@ still needed readable (``keep_versions``) while it removes the rest:
 * during a re-snapshot, ``lakehouse.snapshot.lastCompleteVersion`` (joins read it).
 
 The latest version is always kept by vacuum itself. Files no commit references (a write that
-is still staging, or failed) are never touched. The default is a dry run that lists what
-would go.
+failed) are deleted like removed ones once older than the retention, as Delta's vacuum does;
+a write still running has newer files than any retention. The default is a dry run that
+lists what would go.
 """
 
 from __future__ import annotations
