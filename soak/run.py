@@ -9,8 +9,8 @@ Usage::
 
 What it does, in order:
 
-1. Starts an Apache Kafka broker (:mod:`lakehouse.testing.broker`) and creates the topics: the Debezium
-   topic ``dbserver1.public.rates`` (3 partitions) and ``orders`` (2 partitions).
+1. Starts an Apache Kafka broker (:mod:`lakehouse.testing.broker`) and creates the topics: the
+   Debezium topic ``dbserver1.public.rates`` (3 partitions) and ``orders`` (2 partitions).
 2. Writes ``<out>/lakehouse.toml`` (``[ingest]`` and the row-time ``[join]``) and starts three
    processes of the real CLI: ``lakehouse ingest``, ``lakehouse join`` (row time) and
    ``lakehouse join`` with flags for processing time.
