@@ -25,6 +25,7 @@ listener stays, for the test's own admin and producer clients.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import os
@@ -263,6 +264,7 @@ class KafkaBroker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+        atexit.register(self.stop)  # a broker never outlives a Python process that exits
         self._wait_until_ready()
         return self.bootstrap
 
@@ -287,7 +289,7 @@ class KafkaBroker:
                 )
             try:
                 metadata = admin.list_topics(timeout=1.0)
-                if metadata.brokers:
+                if metadata.brokers and self._coordinator_ready():
                     return
             except Exception:
                 pass
@@ -299,6 +301,30 @@ class KafkaBroker:
                 )
             time.sleep(0.2)
 
+    def _coordinator_ready(self) -> bool:
+        """Whether the transaction coordinator serves producer ids: an idempotent producer's
+        first request creates its topic, and until it is loaded librdkafka warns on stderr
+        ("Coordinator load in progress"). A transactional init does it here, quietly."""
+        import logging
+
+        from confluent_kafka import KafkaException, Producer
+
+        quiet = logging.getLogger("lakehouse.testing.broker.ready")
+        quiet.propagate = False
+        quiet.addHandler(logging.NullHandler())
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": "lakehouse-broker-ready",
+                "logger": quiet,
+            }
+        )
+        try:
+            producer.init_transactions(5.0)
+        except KafkaException:
+            return False
+        return True
+
     def kill(self) -> None:
         """SIGKILL the broker (a crash: no clean shutdown) and reap it."""
         if self.process is not None and self.process.poll() is None:
@@ -307,6 +333,7 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """Stop the broker by its process id: terminate, then kill after ``STOP_TIMEOUT_S``."""
+        atexit.unregister(self.stop)
         process = self.process
         if process is None or process.poll() is not None:
             return
