@@ -6,9 +6,10 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
 ``ingest``
     CDC ingestion rate: a Debezium change stream (:class:`lakehouse.testing.debezium.
     DebeziumTable`: a snapshot of ``keys`` rows, then ``updates`` updates of random keys, JSON
-    with schemas, about 1.5 kB per event) is written to JSON-lines files, or produced to the
-    Tansu test broker (one record per producer batch, at most :data:`BROKER_PARTITION_MAX`
-    records per partition: its fetch speed collapses beyond that), and ingested by
+    with schemas, about 1.5 kB per event) is written to JSON-lines files, or produced to an
+    Apache Kafka broker (:mod:`lakehouse.testing.broker`; at most
+    :data:`BROKER_PARTITION_MAX` records per partition, the spread of the earlier runs, so
+    figures stay comparable) and read through Spark's Kafka source, and ingested by
     :class:`lakehouse.build.BuildSink` with an ``availableNow`` trigger. The rate is events
     per second of the query's run, from start to termination (the Spark session already up;
     producing to the broker is not timed).
@@ -49,7 +50,7 @@ import numpy as np
 from bench.measure import emit, tree_usage
 from bench.workload import EPOCH0_MS, HORIZON_MS, Workload
 
-#: Records per partition of the test broker (see /work/shared/notes/test-broker.md).
+#: Records per partition of the broker topic (the spread of the runs in bench/README.md).
 BROKER_PARTITION_MAX = 4_000
 #: How often the latency scenario's writer drops a probe file.
 FEED_EVERY_S = 1.0
@@ -119,11 +120,11 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         from lakehouse.sources.kafka_admin import create_topic, produce
-        from lakehouse.testing.broker import tansu_broker
+        from lakehouse.testing.broker import kafka_broker
 
         root.mkdir(parents=True)
-        broker_ctx = tansu_broker(root / "broker.log")
-        bootstrap = broker_ctx.__enter__()
+        broker_ctx = kafka_broker(root / "broker")
+        bootstrap = broker_ctx.__enter__().bootstrap
         partitions = max(1, -(-n // BROKER_PARTITION_MAX))
         topic = "dbserver1.public.rates"
         create_topic(bootstrap, topic, partitions)
@@ -132,7 +133,6 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
             bootstrap,
             topic,
             [(k, v, i % partitions) for i, (k, v) in enumerate(events)],
-            one_record_per_batch=True,
             timeout_s=600,
         )
         stream = read_kafka_stream(

@@ -74,14 +74,18 @@ class KafkaConfig(_Model):
     """Connection to the Kafka cluster, shared by ingest and join.
 
     ``options`` are librdkafka settings (``security.protocol``, ``sasl.mechanism``, ...);
-    ``config_file`` is a librdkafka properties file, the place for secrets.
+    ``config_file`` is a librdkafka properties file, the place for secrets. confluent-kafka
+    uses them as they are; Spark's Kafka source gets them translated for its Java client
+    (see :func:`lakehouse.sources._java_client.java_client_properties`; a setting without a
+    translation is refused, naming it).
     """
 
     bootstrap_servers: str | None = None
     config_file: str | None = None
     options: dict[str, str] = Field(default_factory=dict)
-    # Broker outages (see lakehouse.sources.kafka): retry with exponential backoff from
-    # outage_backoff_ms up to outage_backoff_max_ms; fail after outage_timeout_ms (0: at once).
+    # Broker outages (see lakehouse.runner.SupervisedQuery): restart the query with exponential
+    # backoff from outage_backoff_ms up to outage_backoff_max_ms; fail after outage_timeout_ms
+    # (0: at once).
     outage_timeout_ms: int = Field(default=600_000, ge=0)
     outage_backoff_ms: int = Field(default=1_000, gt=0)
     outage_backoff_max_ms: int = Field(default=30_000, gt=0)

@@ -102,6 +102,7 @@ class WriterLeaseError(LakehouseError):
 
 class BrokerUnavailableError(SourceError):
     """Raised when no Kafka broker answered within the timeout (refused, timed out, all
-    brokers down). A running Kafka source rides such an outage out with bounded exponential
-    backoff (``kafka.outage_*`` settings) and raises it only when the outage outlasts
-    ``kafka.outage_timeout_ms``."""
+    brokers down). Before a pipeline's first contact it is raised at once (a wrong address is
+    no outage); after it, the runner rides the outage out by restarting the query from its
+    checkpoint with bounded exponential backoff (``kafka.outage_*`` settings) and raises it
+    only when the outage outlasts ``kafka.outage_timeout_ms``."""

@@ -2,12 +2,19 @@
 
 This module only composes: the decisions live in :mod:`lakehouse.build` and
 :mod:`lakehouse.join`. It is what ``lakehouse ingest``/``lakehouse join`` and the job entry
-points in ``pipelines/`` call.
+points in ``pipelines/`` call. A query that reads Kafka is checked before it starts
+(:func:`check_kafka_stream`) and supervised while it runs (:class:`SupervisedQuery`: broker
+outages are ridden out by restarting it from its checkpoint; lost offsets are explained).
 """
 
 from __future__ import annotations
 
+import re
+import sys
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
@@ -19,12 +26,20 @@ if TYPE_CHECKING:
 
     from lakehouse.build import BatchReport
     from lakehouse.join import JoinBatchReport
+    from lakehouse.sources import KafkaSourceOptions
     from lakehouse.time import Clock
 
 
-def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> DataFrame:
-    """The raw record stream of a pipeline (Kafka or JSON-lines files)."""
-    from lakehouse.sources import read_files_stream, read_kafka_stream
+def open_stream(
+    spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig, *, check: bool = True
+) -> DataFrame:
+    """The raw record stream of a pipeline (Kafka or JSON-lines files).
+
+    A Kafka stream is checked first (``check``, see :func:`check_kafka_stream`): the brokers
+    answer, the topics exist, explicit starting offsets fit.
+    """
+    from lakehouse.sources import read_files_stream
+    from lakehouse.sources.streams import open_kafka_stream
 
     if cfg.source == "files":
         assert cfg.path is not None
@@ -34,6 +49,21 @@ def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> D
         return read_files_stream(
             spark, cfg.path, topic=cfg.topics[0] if cfg.topics else None, options=options
         )
+    source = kafka_stream(cfg, kafka)
+    if check:
+        check_kafka_stream(source, cfg.checkpoint)
+    return open_kafka_stream(spark, source)
+
+
+def kafka_stream(cfg: StreamConfig, kafka: KafkaConfig) -> KafkaSourceOptions:
+    """The validated Kafka source options of a pipeline (no Spark, no Kafka).
+
+    Raises:
+        ConfigError: no bootstrap servers, malformed starting offsets, or a Kafka setting
+            without a translation for Spark's Kafka source.
+    """
+    from lakehouse.sources import kafka_stream_options
+
     if not kafka.bootstrap_servers:
         raise ConfigError(
             "source 'kafka' needs kafka.bootstrap_servers (or "
@@ -58,8 +88,7 @@ def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> D
                 f'\'{{"topic": {{"0": 42}}}}\', got {cfg.starting_offsets!r}',
                 setting="starting_offsets",
             ) from e
-    return read_kafka_stream(
-        spark,
+    return kafka_stream_options(
         bootstrap_servers=kafka.bootstrap_servers,
         topics=cfg.topics,
         starting_offsets=starting,
@@ -68,15 +97,297 @@ def open_stream(spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig) -> D
 
 
 def kafka_source_options(kafka: KafkaConfig) -> dict[str, str]:
-    """The Kafka source options of the ``[kafka]`` settings: librdkafka settings with the
-    ``kafka.`` prefix, the properties file, and the broker-outage backoff."""
+    """The Kafka source options of the ``[kafka]`` settings: the librdkafka settings with the
+    ``kafka.`` prefix and the properties file (:mod:`lakehouse.sources.kafka` translates them
+    for Spark's source; :mod:`lakehouse.build.signals` reads watermarks with them)."""
     options = {f"kafka.{k}": v for k, v in kafka.options.items()}
     if kafka.config_file:
         options["kafka.config.file"] = kafka.config_file
-    options["outageTimeoutMs"] = str(kafka.outage_timeout_ms)
-    options["outageBackoffMs"] = str(kafka.outage_backoff_ms)
-    options["outageBackoffMaxMs"] = str(kafka.outage_backoff_max_ms)
     return options
+
+
+def _checkpoint_has_offsets(checkpoint: str) -> bool:
+    """Whether Spark has planned a batch in ``checkpoint`` (its ``offsets`` log has an entry);
+    True when that cannot be read (the check then asks less of the brokers)."""
+    import pyarrow.fs as pafs
+
+    path = f"{checkpoint.rstrip('/')}/offsets"
+    try:
+        if "://" in path:
+            fs, inner = pafs.FileSystem.from_uri(path)
+        else:
+            fs, inner = pafs.LocalFileSystem(), path
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    except (OSError, ValueError):
+        return True
+    return any(i.base_name.isdigit() for i in infos)
+
+
+def check_kafka_stream(source: KafkaSourceOptions, checkpoint: str) -> None:
+    """The stream's first contact with Kafka, before Spark starts it.
+
+    Spark's Kafka source waits without a word on a topic that does not exist, and takes
+    minutes of retries to report brokers that never answered; this check says so at once,
+    naming the address, the topic or the security settings. Without a checkpoint it also
+    resolves explicit ``startingOffsets`` (every partition named, each offset held).
+
+    Raises:
+        BrokerUnavailableError: no broker answered (a wrong address is not an outage).
+        SourceError: a topic does not exist, authentication or authorisation failed, or an
+            explicit starting offset is not in its partition.
+        ConfigError: explicit ``startingOffsets`` do not name every partition.
+    """
+    from lakehouse.sources.kafka import KafkaOffsetsReader
+
+    reader = KafkaOffsetsReader(source)
+    try:
+        if _checkpoint_has_offsets(checkpoint):
+            reader.watermarks()
+        else:
+            reader.initialOffset()
+    finally:
+        reader.stop()
+
+
+def _report(message: str) -> None:
+    """One line for the operator on stderr, next to the pipeline's progress lines."""
+    print(f"lakehouse: {message}", file=sys.stderr, flush=True)
+
+
+def _first_sentence(text: str) -> str:
+    head, sep, _ = text.partition(". ")
+    return (head if sep else text).strip()
+
+
+def _probe_cause(error: BaseException) -> str:
+    """The detail of a failed probe ("Connect to ... failed: Connection refused"), without
+    the address and advice the outage line already gives."""
+    text = str(error)
+    match = re.search(r" within \d+ ms while [^:]*: (.*?)\. Check ", text)
+    return match.group(1) if match else _first_sentence(text)
+
+
+def _failure_text(error: BaseException) -> str:
+    parts = [str(error)]
+    cause = getattr(error, "_cause", None) or error.__cause__
+    if cause is not None:
+        parts.append(str(cause))
+    return "\n".join(parts)
+
+
+class SupervisedQuery:
+    """A streaming query that the runner keeps going through Kafka broker outages.
+
+    It behaves as the :class:`~pyspark.sql.streaming.StreamingQuery` it wraps (attributes
+    the class does not define are the current query's) and, when the stream reads Kafka:
+
+    * a failure of Spark's Kafka source because the brokers stopped answering (they were
+      reached when the stream started, see :func:`check_kafka_stream`) is an outage: one
+      line on stderr per attempt names the address and the retry; the runner waits with
+      exponential backoff (``kafka.outage_backoff_ms`` doubling up to
+      ``kafka.outage_backoff_max_ms``), asks the brokers directly whether they answer again,
+      and then restarts the query from its checkpoint (the batch that failed is replayed:
+      the sinks' idempotent writes make that exactly once). After
+      ``kafka.outage_timeout_ms`` (0: at once) it gives up with a
+      :class:`~lakehouse.errors.BrokerUnavailableError`. The outage clock restarts once a
+      restarted query makes progress.
+    * offsets Kafka no longer holds (Spark's ``KAFKA_DATA_LOSS``) end it with a
+      :class:`~lakehouse.errors.SourceError` naming the topic, the partition and the way on
+      (see :func:`lakehouse.sources.kafka.explain_failure`).
+
+    Any other failure ends it with Spark's own exception. :meth:`exception` and
+    :meth:`awaitTermination` report the final outcome, :attr:`isActive` stays true through
+    an outage, and :meth:`stop` stops whichever query runs (or the wait).
+    """
+
+    def __init__(
+        self,
+        start: Callable[[], StreamingQuery],
+        *,
+        kafka: KafkaConfig | None = None,
+        source: KafkaSourceOptions | None = None,
+        report: Callable[[str], None] = _report,
+    ) -> None:
+        self._start_query = start
+        self._kafka = kafka
+        self._source = source
+        self._report = report
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._outage_started: float | None = None
+        self._query = start()
+        self._thread = threading.Thread(
+            target=self._supervise, name=f"lakehouse-query-{self._query.name}", daemon=True
+        )
+        self._thread.start()
+
+    # ---- the StreamingQuery surface
+
+    @property
+    def query(self) -> StreamingQuery:
+        """The Spark query running now (a new one after each restart)."""
+        return self._query
+
+    @property
+    def isActive(self) -> bool:
+        """Whether the job runs (including while it waits out a broker outage)."""
+        return not self._done.is_set()
+
+    def exception(self) -> BaseException | None:
+        """Why the job ended: a lakehouse error, Spark's exception, or None."""
+        return self._error if self._done.is_set() else None
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Wait until the job ends (stopped, failed, or gave up on an outage).
+
+        Returns None without ``timeout``, else whether it ended within ``timeout`` seconds.
+
+        Raises:
+            BaseException: the job ended with an error (see :meth:`exception`).
+        """
+        ended = self._done.wait(timeout)
+        if ended and self._error is not None:
+            raise self._error
+        return ended if timeout is not None else None
+
+    def stop(self) -> None:
+        """Stop the query (or the outage wait) and wait until the job has ended."""
+        with self._lock:
+            self._stopping.set()
+            query = self._query
+        query.stop()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def processAllAvailable(self) -> None:
+        """Spark's ``processAllAvailable`` on the current query."""
+        self._query.processAllAvailable()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._query, name)
+
+    # ---- supervision
+
+    def _supervise(self) -> None:
+        try:
+            while True:
+                query = self._query
+                failure: BaseException | None = None
+                try:
+                    query.awaitTermination()
+                except Exception as e:
+                    failure = e
+                if failure is None or self._stopping.is_set():
+                    return
+                if self._source is None or self._kafka is None:
+                    self._error = failure
+                    return
+                if self._ride_out(query, failure):
+                    continue
+                return
+        except BaseException as e:  # never leave a job that looks active forever
+            self._error = self._error or e
+        finally:
+            self._done.set()
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
+        from lakehouse.sources.kafka import KafkaOffsetsReader
+
+        assert self._source is not None
+        reader = KafkaOffsetsReader(replace(self._source, topics=(topic,)))
+        try:
+            return reader.watermarks().get((topic, partition))
+        finally:
+            reader.stop()
+
+    def _probe(self, timeout_ms: float) -> BaseException | None:
+        """None when the brokers answer for every topic of the stream, else why not."""
+        from lakehouse.sources.kafka import KafkaOffsetsReader
+
+        assert self._source is not None
+        bounded = replace(
+            self._source,
+            metadata_timeout_ms=int(max(min(self._source.metadata_timeout_ms, timeout_ms), 1)),
+        )
+        reader = KafkaOffsetsReader(bounded)
+        try:
+            reader.watermarks()
+        except Exception as e:
+            return e
+        finally:
+            reader.stop()
+        return None
+
+    def _ride_out(self, query: StreamingQuery, failure: BaseException) -> bool:
+        """Handle a failed Kafka query; True when a new query was started."""
+        from lakehouse.errors import BrokerUnavailableError
+        from lakehouse.sources.kafka import explain_failure, is_unreachable_failure
+
+        assert self._kafka is not None and self._source is not None
+        text = _failure_text(failure)
+        explained = explain_failure(text, watermarks=self._watermarks)
+        if explained is not None:
+            explained.__cause__ = failure
+            self._error = explained
+            return False
+        if not is_unreachable_failure(text):
+            unreachable = self._probe(self._source.metadata_timeout_ms)
+            if not isinstance(unreachable, BrokerUnavailableError):
+                self._error = failure
+                return False
+        match = re.search(r"(\w+Exception: [^\n]*)", text)
+        cause = _first_sentence(match.group(1) if match else text.splitlines()[0])
+        kafka, address = self._kafka, self._source.bootstrap_servers
+        try:
+            progressed = bool(query.recentProgress)
+        except Exception:
+            progressed = False
+        if progressed or self._outage_started is None:
+            self._outage_started = time.monotonic()
+        started = self._outage_started
+        attempt = 0
+        while True:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            remaining_ms = kafka.outage_timeout_ms - elapsed_ms
+            if remaining_ms <= 0:
+                error = BrokerUnavailableError(
+                    f"Kafka at {address!r} stayed unreachable for {elapsed_ms / 1000:.0f} s, "
+                    f"longer than kafka.outage_timeout_ms ({kafka.outage_timeout_ms} ms), so "
+                    "the query stops. Restart it once the brokers are back: it resumes from "
+                    f"its checkpoint. Last error: {cause}"
+                )
+                error.__cause__ = failure
+                self._error = error
+                return False
+            delay_ms = min(
+                kafka.outage_backoff_ms * 2**attempt, kafka.outage_backoff_max_ms, remaining_ms
+            )
+            attempt += 1
+            self._report(
+                f"Kafka at {address!r} is unreachable (outage for {elapsed_ms / 1000:.0f} s, "
+                f"attempt {attempt}): {cause}; retrying in {delay_ms / 1000:.1f} s, giving up "
+                f"after {kafka.outage_timeout_ms / 1000:.0f} s (kafka.outage_timeout_ms)."
+            )
+            if self._stopping.wait(delay_ms / 1000):
+                return False
+            unreachable = self._probe(max(delay_ms, 1000))
+            if unreachable is not None:
+                cause = _probe_cause(unreachable)
+                continue
+            self._report(
+                f"Kafka at {address!r} answers again after "
+                f"{time.monotonic() - started:.0f} s and {attempt} retries; restarting the "
+                "query from its checkpoint."
+            )
+            with self._lock:
+                if self._stopping.is_set():
+                    return False
+                self._query = self._start_query()
+            return True
 
 
 def _start(
@@ -89,10 +400,13 @@ def _start(
     tables: list[str],
     take_over: bool,
     on_notice: Callable[[str], None] | None,
-) -> StreamingQuery:
+    kafka: KafkaConfig | None = None,
+    source: KafkaSourceOptions | None = None,
+) -> SupervisedQuery:
     """Take the writer lease of ``tables`` (see :mod:`lakehouse.lease`), then start the
-    query with the lease's fence before every micro-batch; the lease is released when the
-    query stops."""
+    query with the lease's fence before every micro-batch, supervised (broker outages of a
+    Kafka ``source``, see :class:`SupervisedQuery`); the lease is held while the job runs
+    (through an outage too) and released when it ends."""
     from lakehouse.lease import acquire
 
     lease = acquire(
@@ -112,16 +426,19 @@ def _start(
         lease.check()  # a job that lost its lease stops before writing anything
         fn(df, batch_id)
 
-    writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
-    writer = writer.foreachBatch(fenced)
-    if cfg.trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    elif cfg.trigger == "once":
-        writer = writer.trigger(once=True)
-    else:
-        writer = writer.trigger(processingTime=cfg.interval)
+    def start_query() -> StreamingQuery:
+        writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
+        writer = writer.foreachBatch(fenced)
+        if cfg.trigger == "available-now":
+            writer = writer.trigger(availableNow=True)
+        elif cfg.trigger == "once":
+            writer = writer.trigger(once=True)
+        else:
+            writer = writer.trigger(processingTime=cfg.interval)
+        return writer.start()
+
     try:
-        query = writer.start()
+        job = SupervisedQuery(start_query, kafka=kafka, source=source)
     except BaseException:
         lease.release()
         raise
@@ -129,10 +446,10 @@ def _start(
     def lost(message: str) -> None:
         # Stop from the watcher thread (the CLI then reports lakehouse.lease.lost()); the
         # fence covers a batch that is already running.
-        query.stop()
+        job.stop()
 
-    lease.watch(lambda: bool(query.isActive), on_lost=lost)
-    return query
+    lease.watch(lambda: job.isActive, on_lost=lost)
+    return job
 
 
 def start_ingest(
@@ -142,7 +459,7 @@ def start_ingest(
     on_batch: Callable[[BatchReport], None] | None = None,
     take_over: bool = False,
     on_notice: Callable[[str], None] | None = None,
-) -> StreamingQuery:
+) -> SupervisedQuery:
     """Start the CDC ingest described by ``settings.ingest``.
 
     Takes the writer lease of the build tables first (:mod:`lakehouse.lease`): a live
@@ -201,6 +518,7 @@ def start_ingest(
         if cfg.source == "kafka"
         else None,
     )
+    source = kafka_stream(stream_cfg, settings.kafka) if cfg.source == "kafka" else None
     return _start(
         open_stream(spark, stream_cfg, settings.kafka),
         cfg,
@@ -210,6 +528,8 @@ def start_ingest(
         tables=written_tables(settings, "ingest"),
         take_over=take_over,
         on_notice=on_notice,
+        kafka=settings.kafka,
+        source=source,
     )
 
 
@@ -261,7 +581,7 @@ def start_join(
     clock: Clock | None = None,
     take_over: bool = False,
     on_notice: Callable[[str], None] | None = None,
-) -> StreamingQuery:
+) -> SupervisedQuery:
     """Start the temporal join described by ``settings.join``.
 
     Takes the writer lease of the output and pending tables first (:mod:`lakehouse.lease`);
@@ -273,6 +593,7 @@ def start_join(
     if cfg is None:
         raise ConfigError("no [join] section in the configuration", setting="join")
     operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch)
+    source = kafka_stream(cfg, settings.kafka) if cfg.source == "kafka" else None
     stream = open_stream(spark, cfg, settings.kafka)
     if cfg.trigger == "processing-time":
         stream = stream.unionByName(tick_stream(spark))
@@ -285,6 +606,8 @@ def start_join(
         tables=written_tables(settings, "join"),
         take_over=take_over,
         on_notice=on_notice,
+        kafka=settings.kafka,
+        source=source,
     )
 
 

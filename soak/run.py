@@ -9,8 +9,8 @@ Usage::
 
 What it does, in order:
 
-1. Starts the embedded Kafka-compatible broker (Tansu) and creates the topics: the Debezium
-   topic ``dbserver1.public.rates`` (3 partitions) and ``orders`` (2 partitions).
+1. Starts an Apache Kafka broker (:mod:`lakehouse.testing.broker`) and creates the topics: the
+   Debezium topic ``dbserver1.public.rates`` (3 partitions) and ``orders`` (2 partitions).
 2. Writes ``<out>/lakehouse.toml`` (``[ingest]`` and the row-time ``[join]``) and starts three
    processes of the real CLI: ``lakehouse ingest``, ``lakehouse join`` (row time) and
    ``lakehouse join`` with flags for processing time.
@@ -60,9 +60,7 @@ class Producer:
 
     Records go to the partition the generator chose, in order (idempotence on), and each
     :meth:`send` waits until every record is acknowledged, so the generator's records carry
-    their offsets before the next tick. One record per batch: the embedded broker's
-    high-watermark defect (see :mod:`lakehouse.testing.broker`); real Kafka needs no such
-    setting.
+    their offsets before the next tick.
     """
 
     TIMEOUT_S = 60.0
@@ -76,8 +74,6 @@ class Producer:
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
                 "message.timeout.ms": int(self.TIMEOUT_S * 1000),
-                "batch.num.messages": 1,
-                "linger.ms": 0,
             }
         )
 
@@ -593,7 +589,7 @@ def _verify(soak: Soak) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run the soak; 0 when it passed, 1 when it failed, 2 when ``--out`` is not clearable."""
     from lakehouse.errors import LakehouseError
-    from lakehouse.testing.broker import tansu_broker
+    from lakehouse.testing.broker import kafka_broker
 
     console = Console(highlight=False)
     out = Path(args.out).resolve()
@@ -610,7 +606,8 @@ def run(args: argparse.Namespace) -> int:
     stop_codes: dict[str, int | None] = {}
     verification = None
     try:
-        with tansu_broker(out / "broker.log") as bootstrap:
+        with kafka_broker(out / "broker") as broker:
+            bootstrap = broker.bootstrap
             soak.setup(bootstrap)
             console.print(f"[bold]soak[/] — broker {bootstrap}; output {out}")
             try:

@@ -1,12 +1,8 @@
-"""The Tansu test broker (Kafka wire protocol, memory storage) as pytest fixtures.
+"""An Apache Kafka broker for the tests (one KRaft node, see lakehouse.testing.broker).
 
-``kafka_broker`` (session) starts one broker on a free loopback port and yields its
-bootstrap address; ``kafka_topic`` (function) gives a fresh topic name. Everything the
-broker holds is lost when the session ends.
-
-The broker's known defect (see /work/shared/notes/test-broker.md): its high watermark is
-the base offset of the last record batch plus one. Tests that produce records use
-``produce(..., one_record_per_batch=True)`` so the reported high watermark is exact.
+``kafka_broker`` (session) starts one broker on free loopback ports, its log and data under
+the session's temporary directory, and yields its bootstrap address; ``kafka_topic``
+(function) gives a fresh topic name. The broker is stopped by its process id at the end.
 """
 
 from __future__ import annotations
@@ -17,16 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from lakehouse.testing.broker import KafkaBroker as KafkaBroker
 from lakehouse.testing.broker import free_port as free_port
-from lakehouse.testing.broker import tansu_broker as tansu_broker
+from lakehouse.testing.broker import kafka_broker as run_kafka_broker
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address (``127.0.0.1:PORT``) of a Tansu broker shared by the session."""
-    log_path = tmp_path_factory.mktemp("tansu") / "broker.log"
-    with tansu_broker(log_path) as bootstrap:
-        yield bootstrap
+    """Bootstrap address (``127.0.0.1:PORT``) of a Kafka broker shared by the session."""
+    with run_kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture

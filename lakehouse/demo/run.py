@@ -1,7 +1,8 @@
 """``lakehouse demo``: the product end to end on an embedded default.
 
-1. Starts the embedded Kafka-compatible broker (or, with ``--source files``, uses JSON-lines
-   directories instead) and creates the topics.
+1. Starts an Apache Kafka broker (one KRaft node from ``.jvm/kafka``, see
+   :mod:`lakehouse.testing.broker`; or, with ``--source files``, uses JSON-lines directories
+   instead) and creates the topics.
 2. Starts three streaming queries in one Spark session, the way a user runs them as one job:
    the CDC ingest into the ``rates`` build table, a row-time join and a processing-time join of
    the orders with the rates.
@@ -97,9 +98,7 @@ class _Producer:
             from lakehouse.sources.kafka_admin import produce
 
             assert self.bootstrap is not None
-            # one record per batch: the embedded broker's high-watermark defect (see
-            # lakehouse.testing.broker); real Kafka needs no such setting
-            produce(self.bootstrap, topic, ordered, one_record_per_batch=True)
+            produce(self.bootstrap, topic, ordered)
             return
         lines = []
         for key, value, partition in ordered:
@@ -204,11 +203,14 @@ def run_demo(
     )
 
     if source == "kafka":
-        from lakehouse.testing.broker import tansu_broker
+        from lakehouse.testing.broker import kafka_broker
 
-        with tansu_broker(output / "broker.log") as bootstrap:
-            console.print(f"  embedded Kafka-compatible broker (Tansu) on {bootstrap}")
-            return _run(source, output, bootstrap, data, console, started)
+        with kafka_broker(output / "broker") as broker:
+            console.print(
+                f"  Apache Kafka broker (KRaft, pid {broker.pid}) on {broker.bootstrap}; "
+                f"its log: {broker.log_path}"
+            )
+            return _run(source, output, broker.bootstrap, data, console, started)
     return _run(source, output, None, data, console, started)
 
 

@@ -1,6 +1,6 @@
 """Build Arrow record batches of the raw schema (private to :mod:`lakehouse.sources`).
 
-Both sources yield ``pyarrow.RecordBatch`` objects from ``read()`` instead of Python tuples,
+The files source yields ``pyarrow.RecordBatch`` objects from ``read()`` instead of Python tuples,
 so Spark skips its per-cell conversion of tuples. Measured on this project's 2-core box with
 100-byte values: Spark's conversion of raw-schema tuples ran at about 190k rows/s, building
 the batches here at about 2M rows/s.

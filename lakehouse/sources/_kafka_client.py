@@ -1,14 +1,10 @@
-"""confluent-kafka access for the Kafka source (private to :mod:`lakehouse.sources`).
+"""confluent-kafka access on the driver (private to :mod:`lakehouse.sources`).
 
-Two users, in two kinds of process:
-
-* :class:`KafkaMetadata`, on the driver: topic partitions and watermarks for offset planning.
-* :func:`read_range`, on executors: the records of one partition in ``[start, end)``.
-
-Both build their consumer from the same librdkafka configuration (see
-:func:`consumer_config`) and turn librdkafka's errors into :class:`SourceError` messages that
-name the broker address and the settings to check. Passwords and keys never appear in a
-message.
+:class:`KafkaMetadata` reads topic partitions and watermarks with the user's librdkafka
+configuration, for the runner's start-up check of a Kafka stream, its outage probe, and the
+snapshot signals' high-watermark reads (Spark's Kafka source reads the records). Errors become
+:class:`SourceError` messages that name the broker address and the settings to check.
+Passwords and keys never appear in a message.
 
 librdkafka reports connection and authentication failures asynchronously (error callback
 and log lines) while the synchronous call only times out with ``_TRANSPORT``; the
@@ -21,42 +17,20 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from lakehouse.errors import BrokerUnavailableError, ConfigError, SourceError
-from lakehouse.sources._batches import RawBatchBuilder
-from lakehouse.sources.schema import TIMESTAMP_TYPE_NONE
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 _log = logging.getLogger("lakehouse.sources.kafka")
 
-#: librdkafka settings the source controls; users may not set them (cf. Spark's Kafka source,
-#: which rejects the same Kafka options with the same reasons).
-RESERVED_CONSUMER_SETTINGS: Mapping[str, str] = {
-    "enable.auto.commit": (
-        "the stream's offsets live in Spark's checkpoint and the source never commits them to Kafka"
-    ),
-    "auto.offset.reset": (
-        "set the source option 'startingOffsets' instead; once a query runs, the source fails "
-        "rather than resetting offsets"
-    ),
-    "enable.partition.eof": "the source relies on end-of-partition events to finish a read",
-    "allow.auto.create.topics": "the source never creates topics",
-}
-
-#: Defaults for the consumer; every one can be overridden with a ``kafka.``-prefixed option.
+#: Defaults for the driver's metadata consumer (it uses assign(), never joins a group, but
+#: librdkafka requires a group id).
 CONSUMER_DEFAULTS: Mapping[str, str] = {
-    # assign() is used, never subscribe(), so no group is joined; librdkafka requires an id.
-    "group.id": "lakehouse-source",
-    "client.id": "lakehouse-source",
-    # Measured on the Tansu test broker: assign() with a short fetch wait reads ~10x faster
-    # than a group subscription with defaults. Against real Kafka it only bounds latency.
-    "fetch.wait.max.ms": "10",
+    "group.id": "lakehouse-metadata",
+    "client.id": "lakehouse-metadata",
 }
 
 #: Security settings whose *values* may be shown in messages; any other ``sasl.*`` / ``ssl.*``
@@ -84,10 +58,6 @@ _ACL_CODES = frozenset(
         KafkaError.GROUP_AUTHORIZATION_FAILED,
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
-)
-_OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
-_UNKNOWN_CODES = frozenset(
-    {KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART}
 )
 
 
@@ -273,8 +243,8 @@ def _open_consumer(config: Mapping[str, str], diagnostics: _ClientDiagnostics) -
     except (KafkaException, ValueError) as e:
         raise ConfigError(
             f"the Kafka client rejected its configuration: {_kafka_message(e)}. Fix the "
-            "matching 'kafka.'-prefixed option or kafka.config.file entry (librdkafka property "
-            "names, e.g. kafka.security.protocol).",
+            "matching kafka.options entry, 'kafka.'-prefixed option or kafka.config_file entry "
+            "(librdkafka property names, e.g. security.protocol).",
             setting="kafka.*",
         ) from e
 
@@ -375,210 +345,40 @@ class KafkaMetadata:
 
 
 def offsets_unavailable_error(
-    topic: str, partition: int, start: int, end: int | None, low: int, high: int
+    topic: str, partition: int, start: int, end: int | None, low: int | None, high: int | None
 ) -> SourceError:
-    """The error for a planned position that Kafka no longer holds (never skipped silently)."""
-    wanted = f"offsets [{start}, {end})" if end is not None else f"offset {start} onwards"
-    if start < low:
-        why = (
-            f"the partition's earliest offset is now {low}: retention or delete-records removed "
-            "the records before it, or the topic was deleted and recreated"
-        )
-    else:
-        why = (
-            f"the partition's latest offset is now {high}, before the checkpoint's position: "
-            "the topic was probably deleted and recreated (or an unclean leader election lost "
-            "records)"
-        )
-    return SourceError(
-        f"topic {topic!r} partition {partition}: the query needs {wanted} but Kafka holds "
-        f"[{low}, {high}); {why}. lakehouse never skips or resets offsets silently. To go "
-        "on, accept the gap explicitly: start the query with a new checkpoint location, a new "
-        "pipeline_id (the old id's transactions would make the new checkpoint's first batches "
-        "look like replays) and startingOffsets naming where to resume (e.g. "
-        f'{{"{topic}": {{"{partition}": {low}}}}}), and re-ingest the missing records from '
-        "another copy if they matter."
-    )
+    """The error for a position that Kafka no longer holds (never skipped silently).
 
-
-def read_range(
-    config: Mapping[str, str],
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    *,
-    fetch_timeout_ms: int,
-    outage_timeout_ms: int = 0,
-    report: Callable[[str], None] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``topic``/``partition`` with ``start <= offset < end`` as batches.
-
-    A read that stalls because no broker answers (a broker outage: librdkafka reports
-    connection failures) waits for the brokers up to ``outage_timeout_ms`` after the last
-    record instead of ``fetch_timeout_ms``, calling ``report`` when the outage is noticed,
-    then at growing intervals, and when records flow again; librdkafka reconnects by itself
-    and the read resumes at the next offset of the range.
-
-    Deterministic for an immutable log: the same range yields the same records in offset
-    order. Offsets missing inside the range (compacted away, transaction markers, aborted
-    records under read_committed) are skipped; the read ends at ``end`` or at the end of the
-    partition when that is at or past ``end``.
-
-    Raises:
-        SourceError: the range is no longer (or not yet) in the partition, the partition
-            ends before ``end``, the topic is gone, or no record arrives for
-            ``fetch_timeout_ms`` while records are still expected (or, in an outage, for
-            ``outage_timeout_ms``).
+    ``low``/``high`` are the partition's watermarks now, or None when they could not be read.
     """
-    diagnostics = _ClientDiagnostics()
-    consumer = _open_consumer(
-        {
-            **config,
-            "enable.partition.eof": "true",
-            "auto.offset.reset": "error",
-            "enable.auto.commit": "false",
-        },
-        diagnostics,
-    )
-    builder = RawBatchBuilder(topic)
-    where = f"topic {topic!r} partition {partition}"
-    try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        next_offset = start
-        last_progress = time.monotonic()
-        outage_reports = 0
-        next_report = 0.0
-        while next_offset < end:
-            try:
-                messages = consumer.consume(min(end - next_offset, 10_000), timeout=1.0)
-            except KafkaException as e:
-                raise diagnostics.failure(
-                    config,
-                    doing=f"reading {where} offsets [{start}, {end})",
-                    timeout_ms=fetch_timeout_ms,
-                    cause=e,
-                ) from e
-            stalled_ms = (time.monotonic() - last_progress) * 1000
-            if stalled_ms > fetch_timeout_ms:
-                # Progress means records of the range arriving; errors and empty polls do not
-                # count, so a broker that keeps answering without data still times out.
-                stalled = _stalled_error(
-                    config, diagnostics, where, start, end, next_offset, fetch_timeout_ms
-                )
-                if not isinstance(stalled, BrokerUnavailableError) or (
-                    stalled_ms > outage_timeout_ms
-                ):
-                    raise stalled
-                if report is not None and time.monotonic() >= next_report:
-                    outage_reports += 1
-                    report(
-                        f"Kafka at {config.get('bootstrap.servers')!r} is unreachable while "
-                        f"reading {where} (no record for {stalled_ms / 1000:.0f} s, stalled at "
-                        f"offset {next_offset} of [{start}, {end})): waiting for it, giving "
-                        f"up after {outage_timeout_ms / 1000:.0f} s (kafka.outage_timeout_ms)."
-                    )
-                    # report at doubling intervals: 1, 2, 4, ... 60 s
-                    next_report = time.monotonic() + min(2 ** (outage_reports - 1), 60)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    code = error.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        eof = int(message.offset())
-                        if eof >= end:
-                            # Offsets [next_offset, end) do not exist: a gap at the tail.
-                            next_offset = end
-                            break
-                        raise SourceError(
-                            f"{where}: the partition ends at offset {eof}, before the planned "
-                            f"end {end} of the range [{start}, {end}) being read: the topic was "
-                            "probably deleted and recreated (or an unclean leader election "
-                            "lost records). Records are not skipped silently; see the "
-                            "partition's watermarks and restart with a new checkpoint and "
-                            "explicit startingOffsets if the loss is accepted."
-                        )
-                    if code in _OUT_OF_RANGE_CODES:
-                        try:
-                            low, high = consumer.get_watermark_offsets(
-                                TopicPartition(topic, partition), timeout=10, cached=False
-                            )
-                        except KafkaException as e:
-                            raise SourceError(
-                                f"{where}: offsets [{start}, {end}) are out of range "
-                                f"({error.str()}) and the partition's watermarks could not be "
-                                f"read: {_kafka_message(e)}. Records are not skipped silently."
-                            ) from e
-                        raise offsets_unavailable_error(topic, partition, start, end, low, high)
-                    if code in _UNKNOWN_CODES:
-                        raise SourceError(
-                            f"{where} no longer exists on Kafka at "
-                            f"{config.get('bootstrap.servers')!r} while reading offsets "
-                            f"[{start}, {end}): {error.str()}. The topic was deleted; records "
-                            "are not skipped silently."
-                        )
-                    if error.fatal() or not error.retriable():
-                        raise diagnostics.failure(
-                            config,
-                            doing=f"reading {where} offsets [{start}, {end})",
-                            timeout_ms=fetch_timeout_ms,
-                            cause=error,
-                        )
-                    continue
-                offset = int(message.offset())
-                if offset < next_offset:
-                    continue
-                if offset >= end:
-                    next_offset = end
-                    break
-                ts_type, ts_ms = message.timestamp()
-                # librdkafka's timestamp types are Kafka's Java ids plus one.
-                java_type = int(ts_type) - 1
-                batch = builder.append(
-                    message.key(),
-                    message.value(),
-                    partition,
-                    offset,
-                    None if java_type == TIMESTAMP_TYPE_NONE else int(ts_ms) * 1000,
-                    java_type,
-                )
-                next_offset = offset + 1
-                last_progress = time.monotonic()
-                if outage_reports and report is not None:
-                    report(
-                        f"Kafka at {config.get('bootstrap.servers')!r} delivers {where} "
-                        f"again; the read resumes at offset {offset}."
-                    )
-                    outage_reports = 0
-                    diagnostics.errors.clear()  # the outage's errors explain nothing later
-                    diagnostics.logs.lines.clear()
-                if batch is not None:
-                    yield batch
-        last = builder.flush()
-        if last is not None:
-            yield last
-    finally:
-        consumer.close()
-
-
-def _stalled_error(
-    config: Mapping[str, str],
-    diagnostics: _ClientDiagnostics,
-    where: str,
-    start: int,
-    end: int,
-    next_offset: int,
-    fetch_timeout_ms: int,
-) -> SourceError:
-    if diagnostics.errors or diagnostics.logs.lines:
-        return diagnostics.failure(
-            config,
-            doing=f"reading {where} offsets [{start}, {end}) (stalled at {next_offset})",
-            timeout_ms=fetch_timeout_ms,
+    wanted = f"offsets [{start}, {end})" if end is not None else f"offset {start} onwards"
+    if low is None or high is None:
+        holds = "Kafka no longer holds them"
+        why = (
+            "retention or delete-records removed records, or the topic was deleted and "
+            "recreated (its watermarks could not be read to say which)"
         )
+        resume = "<offset>"
+    else:
+        holds = f"Kafka holds [{low}, {high})"
+        resume = str(low)
+        if start < low:
+            why = (
+                f"the partition's earliest offset is now {low}: retention or delete-records "
+                "removed the records before it, or the topic was deleted and recreated"
+            )
+        else:
+            why = (
+                f"the partition's latest offset is now {high}, before the checkpoint's "
+                "position: the topic was probably deleted and recreated (or an unclean leader "
+                "election lost records)"
+            )
     return SourceError(
-        f"{where}: no record arrived for {fetch_timeout_ms} ms while reading offsets "
-        f"[{start}, {end}) (next expected offset {next_offset}); the broker reports records "
-        "it does not deliver. Check the broker's health, or raise the source option "
-        "'fetchTimeoutMs'."
+        f"topic {topic!r} partition {partition}: the query needs {wanted} but {holds}; {why}. "
+        "lakehouse never skips or resets offsets silently. To go on, accept the gap "
+        "explicitly: start the query with a new checkpoint location, a new pipeline_id (the "
+        "old id's transactions would make the new checkpoint's first batches look like "
+        "replays) and startingOffsets naming where to resume (e.g. "
+        f'{{"{topic}": {{"{partition}": {resume}}}}}), and re-ingest the missing records from '
+        "another copy if they matter."
     )

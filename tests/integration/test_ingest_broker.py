@@ -1,5 +1,5 @@
-"""CDC ingest from the real (Tansu) broker: multi-partition, out of order across partitions,
-restarted from its checkpoint."""
+"""CDC ingest from a real Kafka broker through Spark's Kafka source: multi-partition, out of
+order across partitions, restarted from its checkpoint."""
 
 from __future__ import annotations
 
@@ -48,9 +48,7 @@ def test_ingest_from_broker_out_of_order_partitions_and_restart(
     # deliver partition by partition, highest first: the arrival order across partitions is
     # the reverse of the production order, within a partition it is kept (as in Kafka)
     for p in (2, 1, 0):
-        produce(
-            kafka_broker, kafka_topic, [r for r in records if r[2] == p], one_record_per_batch=True
-        )
+        produce(kafka_broker, kafka_topic, [r for r in records if r[2] == p])
     cfg = tmp_path / "lakehouse.toml"
     cfg.write_text(f"""
 [kafka]
@@ -93,7 +91,6 @@ table = "{tmp_path}/rates"
         kafka_broker,
         kafka_topic,
         [(m.key_bytes(), m.value_bytes(), _partition(m)) for m in more],
-        one_record_per_batch=True,
     )
     _run(spark, cfg)
     rows = delta.read(spark, uri).collect()

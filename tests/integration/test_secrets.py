@@ -1,14 +1,16 @@
 """Kafka credentials never leak: real commands, a real broker, then a grep of everything.
 
 The credentials come from an environment variable (``LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD``)
-and from a librdkafka properties file (``kafka.config_file``); the Tansu test broker does not
-authenticate, and with ``security.protocol=PLAINTEXT`` librdkafka ignores them, but every
-lakehouse code path that handles client settings sees them. ``lakehouse ingest`` and
-``lakehouse join`` run as real subprocesses (Spark event logging on), then ``status``,
-``sql`` and ``quality``; the test then searches their stdout and stderr, every file under the
-run's directory (Delta logs and data, checkpoints, Spark event logs, quality report, anything a
-command left in its working directory) for the secret strings. ``lakehouse sql`` is checked to
-be read-only over the project's tables.
+and from a librdkafka properties file (``kafka.config_file``). The broker has a SASL/PLAIN
+listener and the pipelines authenticate with them: the password from the environment is
+checked by the broker (through Spark's Kafka source, which gets it translated into its JAAS
+configuration, and through confluent-kafka's high-watermark reads), and the key password from
+the file travels in the Java client's settings too (unused without TLS). ``lakehouse ingest``
+and ``lakehouse join`` run as real subprocesses (Spark event logging on, Spark's log at INFO),
+then ``status``, ``sql`` and ``quality``; the test then searches their stdout and stderr, every
+file under the run's directory (Delta logs and data, checkpoints, Spark event logs, quality
+report, anything a command left in its working directory) for the secret strings.
+``lakehouse sql`` is checked to be read-only over the project's tables.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lakehouse.cli import app
 from lakehouse.errors import ConfigError
 from lakehouse.sources.kafka_admin import create_topic, produce
 from lakehouse.testing import DebeziumTable
+from lakehouse.testing.broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -41,7 +44,7 @@ bootstrap_servers = "{bootstrap}"
 config_file = "{properties}"
 
 [kafka.options]
-"security.protocol" = "PLAINTEXT"
+"security.protocol" = "SASL_PLAINTEXT"
 
 [ingest]
 pipeline_id = "ingest-secrets"
@@ -96,40 +99,51 @@ def _files_containing(root: Path, secrets: list[bytes], skip: set[Path]) -> list
     return hits
 
 
+@pytest.fixture
+def sasl_broker(tmp_path):
+    """A broker with a SASL/PLAIN listener for user alice, and alice's (secret) password."""
+    password = f"env-pw-{uuid.uuid4().hex}"
+    # outside the run's directory: its configuration holds the password by design
+    broker = KafkaBroker(tmp_path / "broker", sasl_users={"alice": password})
+    try:
+        broker.start()
+        yield broker, password
+    finally:
+        broker.stop()
+
+
 def test_credentials_from_env_and_file_never_appear_anywhere(
-    kafka_broker, kafka_topic, tmp_path, monkeypatch
+    sasl_broker, kafka_topic, tmp_path, monkeypatch
 ):
-    env_secret = f"env-pw-{uuid.uuid4().hex}"
+    broker, env_secret = sasl_broker
     file_secret = f"file-pw-{uuid.uuid4().hex}"
     secrets = [env_secret.encode(), file_secret.encode()]
     root = tmp_path / "run"
     work = root / "cwd"
     work.mkdir(parents=True)
     properties = tmp_path / "kafka.properties"  # outside root: it holds the secret by design
-    properties.write_text(f"sasl.username=alice\nssl.key.password={file_secret}\n")
+    properties.write_text(
+        f"sasl.mechanism=PLAIN\nsasl.username=alice\nssl.key.password={file_secret}\n"
+    )
+    admin = broker.bootstrap  # the test's own clients use the plain listener
     cdc, orders = f"{kafka_topic}-cdc", f"{kafka_topic}-orders"
-    create_topic(kafka_broker, cdc, 1)
-    create_topic(kafka_broker, orders, 1)
+    create_topic(admin, cdc, 1)
+    create_topic(admin, orders, 1)
     t = DebeziumTable("public", "rates", key="currency", start_ms=START)
     messages = t.snapshot(
         [{"currency": "EUR", "rate": "1.08"}, {"currency": "GBP", "rate": "1.27"}]
     )
+    produce(admin, cdc, [(m.key_bytes(), m.value_bytes(), 0) for m in messages])
     produce(
-        kafka_broker,
-        cdc,
-        [(m.key_bytes(), m.value_bytes(), 0) for m in messages],
-        one_record_per_batch=True,
-    )
-    produce(
-        kafka_broker,
+        admin,
         orders,
         [
             (None, f'{{"order_id": {i}, "currency": "EUR", "ts": {START}}}'.encode(), 0)
             for i in range(3)
         ],
-        one_record_per_batch=True,
     )
-    cfg = _config(root, kafka_broker, cdc, orders, properties)
+    # the pipelines authenticate on the SASL listener with the secrets
+    cfg = _config(root, broker.sasl_bootstrap, cdc, orders, properties)
     env = {
         **os.environ,
         "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": env_secret,

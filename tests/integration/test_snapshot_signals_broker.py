@@ -1,10 +1,9 @@
-"""Snapshot signals on their own Kafka topics, through the real (Tansu) broker and the real
+"""Snapshot signals on their own Kafka topics, through a real Kafka broker and the real
 ingest (``start_ingest``, trigger available-now): Debezium notifications, heartbeats, two
 tables on two topics, an empty last table, an aborted snapshot.
 
 Each test runs the ingest twice from one checkpoint: once with what Debezium had sent up to a
-point, once more after the signal. Producers send one record per batch (the broker's
-high-watermark defect, see tests/kafka_broker.py).
+point, once more after the signal.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def _send(broker, topic, messages, partition=0):
     records = [
         m if isinstance(m, tuple) else (m.key_bytes(), m.value_bytes(), partition) for m in messages
     ]
-    produce(broker, topic, records, one_record_per_batch=True)
+    produce(broker, topic, records)
 
 
 def _config(tmp_path, broker, topics, tables: str):

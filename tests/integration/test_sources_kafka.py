@@ -1,8 +1,5 @@
-"""The Kafka source against a real (Tansu) broker and a real SparkSession.
-
-Producers send one record per batch (the test broker's high-watermark defect, see
-tests/kafka_broker.py), so the reported high watermark is exact.
-"""
+"""The Kafka stream (Spark's Kafka source through read_kafka_stream) and the driver-side
+checks, against a real Apache Kafka broker and a real SparkSession."""
 
 from __future__ import annotations
 
@@ -12,17 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_broker import free_port, tansu_broker
+from kafka_broker import KafkaBroker, free_port
 from pyspark.errors import StreamingQueryException
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from lakehouse.errors import SourceError
-from lakehouse.sources import read_kafka_stream
-from lakehouse.sources.kafka import (
-    KafkaInputPartition,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-)
+from lakehouse.config import load_settings
+from lakehouse.errors import BrokerUnavailableError, ConfigError, SourceError
+from lakehouse.sources import RAW_SCHEMA, kafka_stream_options, read_kafka_stream
+from lakehouse.sources.kafka import KafkaOffsetsReader, explain_failure
 from lakehouse.sources.kafka_admin import create_topic, delete_topic, produce
 
 Collected = list[tuple[int, Any]]
@@ -46,10 +39,12 @@ def records(n: int, partitions: int, tag: str) -> list[tuple[bytes, bytes | None
     ]
 
 
-def reader(bootstrap: str, topic: str, **options: str) -> KafkaStreamReader:
-    return KafkaStreamReader(
-        KafkaSourceOptions.from_options(
-            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **options}
+def reader(
+    bootstrap: str, topic: str, starting: Any = "earliest", **options: str
+) -> KafkaOffsetsReader:
+    return KafkaOffsetsReader(
+        kafka_stream_options(
+            bootstrap_servers=bootstrap, topics=topic, starting_offsets=starting, options=options
         )
     )
 
@@ -65,10 +60,12 @@ def test_reads_each_record_once_across_batches_and_restarts(
 ):
     create_topic(kafka_broker, kafka_topic, 3)
     sent = records(30, 3, "a")
-    placed = produce(kafka_broker, kafka_topic, sent, one_record_per_batch=True)
+    # the producer batches records as it likes: high watermarks and reads are exact
+    placed = produce(kafka_broker, kafka_topic, sent)
     checkpoint = str(tmp_path / "checkpoint")
     rows, collect = collector()
     df = read_kafka_stream(spark, bootstrap_servers=kafka_broker, topics=kafka_topic)
+    assert df.schema == RAW_SCHEMA
 
     query = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).start()
     try:
@@ -77,7 +74,7 @@ def test_reads_each_record_once_across_batches_and_restarts(
         first_batches = {batch for batch, _ in rows}
         # Records produced while the query runs arrive in a later batch.
         more = records(12, 3, "b")
-        placed += produce(kafka_broker, kafka_topic, more, one_record_per_batch=True)
+        placed += produce(kafka_broker, kafka_topic, more)
         query.processAllAvailable()
         assert len(rows) == 42
         assert min(batch for batch, _ in rows[30:]) > max(first_batches)
@@ -86,7 +83,7 @@ def test_reads_each_record_once_across_batches_and_restarts(
 
     # A restart from the same checkpoint continues where the query left off.
     last = records(6, 3, "c")
-    placed += produce(kafka_broker, kafka_topic, last, one_record_per_batch=True)
+    placed += produce(kafka_broker, kafka_topic, last)
     query = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).start()
     try:
         query.processAllAvailable()
@@ -105,6 +102,12 @@ def test_reads_each_record_once_across_batches_and_restarts(
     assert sum(1 for _, row in rows if row.value is None) == sum(
         1 for r in produced.values() if r[1] is None
     )
+    # offsets are in Spark's checkpoint, in the shape the snapshot signals read
+    log = tmp_path / "checkpoint" / "offsets"
+    last = max((p for p in log.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    assert json.loads(last.read_text().splitlines()[2]) == {
+        kafka_topic: {"0": 16, "1": 16, "2": 16}
+    }
 
 
 @pytest.mark.spark
@@ -113,7 +116,7 @@ def test_max_offsets_per_trigger_splits_the_backlog_into_batches(
     spark, kafka_broker, kafka_topic, tmp_path: Path
 ):
     create_topic(kafka_broker, kafka_topic, 3)
-    placed = produce(kafka_broker, kafka_topic, records(30, 3, "a"), one_record_per_batch=True)
+    placed = produce(kafka_broker, kafka_topic, records(30, 3, "a"))
     rows, collect = collector()
     df = read_kafka_stream(
         spark,
@@ -142,7 +145,7 @@ def test_starting_offsets_latest_reads_only_new_records(
     spark, kafka_broker, kafka_topic, tmp_path: Path
 ):
     create_topic(kafka_broker, kafka_topic, 2)
-    produce(kafka_broker, kafka_topic, records(6, 2, "old"), one_record_per_batch=True)
+    produce(kafka_broker, kafka_topic, records(6, 2, "old"))
     rows, collect = collector()
     df = read_kafka_stream(
         spark, bootstrap_servers=kafka_broker, topics=kafka_topic, starting_offsets="latest"
@@ -155,7 +158,7 @@ def test_starting_offsets_latest_reads_only_new_records(
     try:
         query.processAllAvailable()
         assert rows == []
-        new = produce(kafka_broker, kafka_topic, records(4, 2, "new"), one_record_per_batch=True)
+        new = produce(kafka_broker, kafka_topic, records(4, 2, "new"))
         query.processAllAvailable()
     finally:
         query.stop()
@@ -169,7 +172,7 @@ def test_starting_offsets_json_starts_each_partition_where_told(
     spark, kafka_broker, kafka_topic, tmp_path: Path
 ):
     create_topic(kafka_broker, kafka_topic, 3)
-    produce(kafka_broker, kafka_topic, records(15, 3, "a"), one_record_per_batch=True)
+    produce(kafka_broker, kafka_topic, records(15, 3, "a"))
     rows, collect = collector()
     df = read_kafka_stream(
         spark,
@@ -189,25 +192,68 @@ def test_starting_offsets_json_starts_each_partition_where_told(
 
 
 @pytest.mark.spark
-def test_unreachable_broker_fails_the_query_naming_the_address(spark, tmp_path: Path):
-    address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    df = read_kafka_stream(
-        spark,
-        bootstrap_servers=address,
-        topics="orders",
-        options={"metadataTimeoutMs": "1500"},
-    )
-    query = (
-        df.writeStream.foreachBatch(lambda df, batch_id: None)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+@pytest.mark.broker
+def test_offsets_kafka_no_longer_holds_fail_the_query_and_are_explained(
+    spark, kafka_broker, kafka_topic, tmp_path: Path
+):
+    create_topic(kafka_broker, kafka_topic, 1)
+    produce(kafka_broker, kafka_topic, records(5, 1, "a"))
+    checkpoint = str(tmp_path / "checkpoint")
+    rows, collect = collector()
+    df = read_kafka_stream(spark, bootstrap_servers=kafka_broker, topics=kafka_topic)
+    query = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert len(rows) == 5
+
+    delete_topic(kafka_broker, kafka_topic)
+    create_topic(kafka_broker, kafka_topic, 1)
+    produce(kafka_broker, kafka_topic, records(2, 1, "b"))
+
+    # failOnDataLoss stays true: Spark fails instead of resetting to the new topic's offsets
+    query = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).start()
     with pytest.raises(StreamingQueryException) as failure:
-        query.awaitTermination(60)
+        query.awaitTermination(120)
+    assert len(rows) == 5  # nothing of the recreated topic was read
+    source = reader(kafka_broker, kafka_topic)
+    try:
+        explained = explain_failure(
+            str(failure.value),
+            watermarks=lambda topic, partition: source.watermarks()[(topic, partition)],
+        )
+    finally:
+        source.stop()
+    assert isinstance(explained, SourceError)
+    message = str(explained)
+    assert (
+        f"topic '{kafka_topic}' partition 0: the query needs offset 5 onwards but Kafka "
+        "holds [0, 2)"
+    ) in message
+    assert "deleted and recreated" in message and "never skips or resets" in message
+    assert "new pipeline_id" in message and "startingOffsets" in message
+
+
+@pytest.mark.spark
+def test_unreachable_broker_fails_the_job_at_start_naming_the_address(spark, tmp_path: Path):
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    cfg = tmp_path / "lakehouse.toml"
+    cfg.write_text(
+        f'[kafka]\nbootstrap_servers = "{address}"\n'
+        f'[ingest]\npipeline_id = "p"\ntopics = ["orders"]\ncheckpoint = "{tmp_path}/ck"\n'
+        f'dead_letter_table = "{tmp_path}/dead"\n[[ingest.tables]]\ntable = "{tmp_path}/t"\n'
+    )
+    from lakehouse.lease import read_lease
+    from lakehouse.runner import start_ingest
+
+    # a wrong address is not an outage: the first contact fails at once, before Spark starts
+    with pytest.raises(BrokerUnavailableError) as failure:
+        start_ingest(spark, load_settings(cfg))
     message = str(failure.value)
-    assert "BrokerUnavailableError" in message  # a SourceError; never reached: not retried
     assert f"could not reach Kafka at '{address}'" in message
     assert "kafka.bootstrap.servers" in message
+    assert read_lease(f"{tmp_path}/t") is None  # no lease was taken
 
 
 def test_unreachable_broker_is_a_source_error_within_the_timeout():
@@ -229,94 +275,67 @@ def test_unknown_topic_is_a_clear_error(kafka_broker, kafka_topic):
 @pytest.mark.broker
 def test_explicit_start_beyond_the_high_watermark_is_refused(kafka_broker, kafka_topic):
     create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, records(3, 1, "a"), one_record_per_batch=True)
-    source = reader(kafka_broker, kafka_topic, startingOffsets=json.dumps({kafka_topic: {"0": 9}}))
+    produce(kafka_broker, kafka_topic, records(3, 1, "a"))
+    source = reader(kafka_broker, kafka_topic, starting={kafka_topic: {0: 9}})
     with pytest.raises(SourceError, match=r"offset 9 .* partition 0, but Kafka holds \[0, 3\)"):
         source.initialOffset()
     source.stop()
 
 
 @pytest.mark.broker
-def test_recreated_topic_fails_instead_of_resetting_offsets(kafka_broker, kafka_topic):
-    create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, records(5, 1, "a"), one_record_per_batch=True)
-    source = reader(kafka_broker, kafka_topic)
-    checkpointed = source.latestOffset(source.initialOffset(), ReadAllAvailable())
-    assert checkpointed == {kafka_topic: {"0": 5}}
-    source.stop()  # no consumer may be assigned to a topic Tansu deletes (see kafka_admin)
-
-    delete_topic(kafka_broker, kafka_topic)
-    create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, records(2, 1, "b"), one_record_per_batch=True)
-
-    restarted = reader(kafka_broker, kafka_topic)
-    with pytest.raises(
-        SourceError,
-        match=r"partition 0: the query needs offset 5 onwards but Kafka holds \[0, 2\).*"
-        r"deleted and recreated.*never skips or resets",
-    ):
-        restarted.latestOffset(checkpointed, ReadAllAvailable())
-    restarted.stop()
+def test_explicit_start_must_name_every_partition(kafka_broker, kafka_topic):
+    create_topic(kafka_broker, kafka_topic, 2)
+    source = reader(kafka_broker, kafka_topic, starting={kafka_topic: {0: 0}})
+    with pytest.raises(ConfigError, match=r"every partition of topic .*missing: \[1\]"):
+        source.initialOffset()
+    source.stop()
 
 
+@pytest.mark.spark
 @pytest.mark.broker
-def test_read_yields_exactly_the_planned_range_and_repeats_it(kafka_broker, kafka_topic):
-    create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, records(10, 1, "a"), one_record_per_batch=True)
-    source = reader(kafka_broker, kafka_topic)
-    task = KafkaInputPartition(kafka_topic, 0, 2, 7)
-
-    def read_all() -> list[dict[str, Any]]:
-        return [row for batch in source.read(task) for row in batch.to_pylist()]
-
-    first = read_all()
-    assert [row["offset"] for row in first] == [2, 3, 4, 5, 6]
-    # A replayed batch (failure recovery) reads the same records.
-    assert read_all() == first
-
-
-@pytest.mark.broker
-def test_read_stops_at_the_planned_end_inside_a_record_batch(kafka_broker, kafka_topic):
-    create_topic(kafka_broker, kafka_topic, 1)
-    # Ten records in one record batch: the broker delivers them together.
-    produce(kafka_broker, kafka_topic, records(10, 1, "a"), one_record_per_batch=False)
-    source = reader(kafka_broker, kafka_topic)
-    rows = [
-        r for b in source.read(KafkaInputPartition(kafka_topic, 0, 0, 1)) for r in b.to_pylist()
-    ]
-    assert [row["offset"] for row in rows] == [0]
-
-
-@pytest.mark.broker
-def test_read_past_the_end_of_the_partition_fails_instead_of_returning_less(
-    kafka_broker, kafka_topic
+def test_sasl_plain_credentials_reach_spark_and_a_wrong_password_is_named(
+    spark, tmp_path: Path, kafka_topic
 ):
-    create_topic(kafka_broker, kafka_topic, 1)
-    produce(kafka_broker, kafka_topic, records(5, 1, "a"), one_record_per_batch=True)
-    source = reader(kafka_broker, kafka_topic)
-    with pytest.raises(SourceError, match=r"partition 0: the partition ends at offset 5"):
-        list(source.read(KafkaInputPartition(kafka_topic, 0, 3, 8)))
+    broker = KafkaBroker(tmp_path / "sasl-broker", sasl_users={"alice": "right-password"})
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, kafka_topic, 1)
+        placed = produce(broker.bootstrap, kafka_topic, records(4, 1, "a"))
+        sasl = {
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "alice",
+        }
+        # the librdkafka settings, translated, authenticate Spark's Java client
+        rows, collect = collector()
+        df = read_kafka_stream(
+            spark,
+            bootstrap_servers=broker.sasl_bootstrap,
+            topics=kafka_topic,
+            options={**sasl, "kafka.sasl.password": "right-password"},
+        )
+        query = (
+            df.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert positions(rows) == sorted(placed)
 
-
-@pytest.mark.broker
-def test_authentication_failure_names_the_security_settings(tmp_path: Path):
-    with tansu_broker(tmp_path / "auth-broker.log", authentication=True) as address:
         source = reader(
-            address,
-            "orders",
-            metadataTimeoutMs="2000",
-            **{
-                "kafka.security.protocol": "SASL_PLAINTEXT",
-                "kafka.sasl.mechanism": "SCRAM-SHA-512",
-                "kafka.sasl.username": "alice",
-                "kafka.sasl.password": "not-the-password",
-            },
+            broker.sasl_bootstrap,
+            kafka_topic,
+            metadataTimeoutMs="5000",
+            **{**sasl, "kafka.sasl.password": "not-the-password"},
         )
         with pytest.raises(SourceError) as failure:
             source.initialOffset()
         source.stop()
+    finally:
+        broker.stop()
     message = str(failure.value)
-    assert f"Kafka at '{address}' rejected the client's authentication" in message
+    assert f"Kafka at '{broker.sasl_bootstrap}' rejected the client's authentication" in message
     assert "kafka.sasl.username='alice'" in message
     assert "kafka.sasl.password=<set>" in message
     assert "not-the-password" not in message
