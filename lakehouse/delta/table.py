@@ -482,8 +482,22 @@ def create_table(
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
     for key, value in (properties or {}).items():
         builder = builder.property(key, str(value))
-    with _sql_metadata(spark, metadata):
-        builder.execute()
+    try:
+        with _sql_metadata(spark, metadata):
+            builder.execute()
+    except Exception as e:
+        # CREATE TABLE refuses a location that holds files but no log, such as a writer's
+        # lease (``_lakehouse/``, which Delta otherwise ignores). An empty write creates the
+        # table there; the properties follow in a second commit.
+        if "DELTA_MISSING_DELTA_TABLE" not in str(e) and "NON_EMPTY_LOCATION" not in str(e):
+            raise
+        writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
+        text = _user_metadata(metadata)
+        if text is not None:
+            writer = writer.option("userMetadata", text)
+        writer.save(uri)
+        if properties:
+            set_properties(uri, properties, metadata=metadata, spark=spark)
     return 0
 
 
@@ -539,11 +553,18 @@ def read_files(spark: SparkSession, snap: TableSnapshot, *, version: int) -> Dat
     delta_df = read(spark, snap.uri, version=version)
     if not snap.readable_by_files():
         return delta_df
-    files = sorted(delta_df.inputFiles())
+    # local files as plain paths: the spelling Spark's own parquet scans compare equal with
+    files = sorted(_local_path(f) for f in delta_df.inputFiles())
     schema = table_schema(snap.uri, version=version, spark=spark)
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
+
+
+def _local_path(uri: str) -> str:
+    if uri.startswith("file:"):
+        return "/" + uri[len("file:") :].lstrip("/")
+    return uri
 
 
 def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:

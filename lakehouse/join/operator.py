@@ -655,7 +655,10 @@ class TemporalJoin:
         o = self.options
         spark = staged.sparkSession
         assert plan.build_version is not None
-        build = delta.read(spark, o.build_uri, version=plan.build_version)
+        # by its files when Delta allows: the row-time paths cache per file set (asof)
+        build = delta.read_files(
+            spark, delta.snapshot(o.build_uri, spark=spark), version=plan.build_version
+        )
         build_key = self._build_key(plan.build_version)
         for probe_column, build_column in zip(o.probe_key, build_key, strict=True):
             if build_column not in build.columns:
