@@ -617,7 +617,7 @@ def tick_stream(spark: SparkSession) -> DataFrame:
     stream is quiet, so waiting rows are released as soon as the build side allows."""
     from pyspark.sql import functions as F
 
-    from lakehouse.join.operator import TICK_TOPIC
+    from lakehouse.join.layout import TICK_TOPIC
 
     ticks = (
         spark.readStream.format("rate-micro-batch")

@@ -29,6 +29,7 @@ watermark does not go back: the pinned version is the one the join was already r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from lakehouse import delta
@@ -83,37 +84,53 @@ class BuildChannelState:
         return WatermarkStatus.ACTIVE
 
 
-def read_build_channel(uri: str, *, version: int | None = None) -> BuildChannelState:
+def read_build_channel(
+    uri: str, *, version: int | None = None, snap: delta.TableSnapshot | None = None
+) -> BuildChannelState:
     """Read the channel's state at ``version``; when None, at the version the join must read
-    now: the latest, or during a re-snapshot the last complete one (module docstring)."""
-    if not delta.table_exists(uri):
+    now: the latest, or during a re-snapshot the last complete one (module docstring).
+
+    ``snap`` is the batch's snapshot of the build table, when it has one: everything is then
+    read from it (another version's properties only during a re-snapshot).
+    """
+    snap = snap if snap is not None else delta.snapshot(uri)
+    if not snap.exists:
         return BuildChannelState(None, False, None, WATERMARK_MIN, None, ())
-    latest = delta.latest_version(uri)
+    latest = snap.version
     if version is None:
-        props = delta.get_properties(uri, version=latest)
+        props = snap.properties
         if props.get(L.PROP_SNAPSHOT_STATE) == "resnapshot" and not _is_true(props):
             last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
             policy = props.get(L.PROP_SNAPSHOT_RESNAPSHOT_JOIN, "last-complete")
             if policy == "latest":
-                state = _read_at(uri, latest, latest)
+                state = _read_at(snap, latest)
                 return replace(state, snapshot_complete=True, resnapshot=True)
             if last_complete.isdigit():
-                state = _read_at(uri, int(last_complete), latest)
+                state = _read_at(snap, int(last_complete))
                 return replace(state, resnapshot=True)
-        return _read_at(uri, latest, latest)
-    return _read_at(uri, version, latest)
+        return _read_at(snap, latest)
+    return _read_at(snap, version)
 
 
-def _is_true(props: dict[str, str]) -> bool:
+def _is_true(props: Mapping[str, str]) -> bool:
     return props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
 
 
-def _read_at(uri: str, pinned: int, latest: int) -> BuildChannelState:
-    props = delta.get_properties(uri, version=pinned)
+#: How far back from the pinned version the recorded watermark is looked for.
+_WATERMARK_LOOKBACK = 64
+
+
+def _read_at(snap: delta.TableSnapshot, pinned: int) -> BuildChannelState:
+    props = (
+        snap.properties
+        if pinned == snap.version
+        else delta.get_properties(snap.uri, version=pinned, spark=snap.spark)
+    )
     watermark = WATERMARK_MIN
     last_commit_ms: int | None = None
-    for entry in delta.history(uri, limit=latest - pinned + 64):
-        if entry.version > pinned:
+    for version in range(pinned, max(pinned - _WATERMARK_LOOKBACK, -1), -1):
+        entry = snap.commit(version)
+        if entry is None:
             continue
         if last_commit_ms is None:
             last_commit_ms = entry.timestamp_ms
@@ -129,5 +146,5 @@ def _read_at(uri: str, pinned: int, latest: int) -> BuildChannelState:
         event_watermark_ms=watermark,
         last_commit_ms=last_commit_ms,
         key_columns=tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c),
-        latest_version=latest,
+        latest_version=snap.version,
     )

@@ -1,12 +1,18 @@
-"""The join's bookkeeping, read back from the tables' commit metadata (driver only, no Spark).
+"""The join's bookkeeping, read back from its tables' commit metadata (driver only).
 
-Every join batch ``k`` commits to the pending table once (also when it released nothing),
-with ``lakehouse.batchId``, ``lakehouse.plan`` (the release decision: watermarks, build
-version), ``lakehouse.arrived``, ``lakehouse.released``, ``lakehouse.deadLettered`` and
-``lakehouse.pendingRows`` (see :mod:`lakehouse.join.operator`). The pending table's history is
-therefore a ledger with one entry per batch, in version order. This module turns it into
-:class:`BatchRecord` values, picks the output version that belongs with a pending version,
-and does the row accounting of the exactly-once check.
+Every commit a join batch ``k`` makes — to the dead-letter, output or pending table — carries
+``lakehouse.batchId``, ``lakehouse.pipeline``, ``lakehouse.plan`` (the release decision:
+watermarks, build version) and ``lakehouse.state`` (the state after the batch); all but the
+processing-time fast path's also carry the batch's counts (``lakehouse.arrived``,
+``lakehouse.released``, ``lakehouse.deadLettered``, ``lakehouse.pendingRows``). The fast path
+counts while it writes: its output commit's ``numOutputRows`` is what it released, and every
+row that arrived was released (it runs for ``left`` joins only, with nothing pending). A batch
+that changed nothing committed nothing (see :mod:`lakehouse.join.operator`).
+
+This module merges those commits into one :class:`BatchRecord` per batch, in batch order,
+cuts the ledger at the newest batch whose writes are all there (a batch still writing is left
+out), picks the table versions that go with that cut, and does the row accounting of the
+exactly-once check.
 """
 
 from __future__ import annotations
@@ -17,24 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakehouse import delta
+from lakehouse.join import layout as J
+from lakehouse.join.state import ReleasePlan
 from lakehouse.quality.errors import QualityError
 from lakehouse.time import Watermark
-
-META_BATCH_ID = "lakehouse.batchId"
-META_PIPELINE = "lakehouse.pipeline"
-META_PLAN = "lakehouse.plan"
-META_ARRIVED = "lakehouse.arrived"
-META_RELEASED = "lakehouse.released"
-META_DEAD_LETTERED = "lakehouse.deadLettered"
-META_PENDING_ROWS = "lakehouse.pendingRows"
 
 
 @dataclass(frozen=True, slots=True)
 class BatchRecord:
-    """One join batch, as its pending-table commit recorded it.
+    """One join batch, as its commits recorded it.
 
     Attributes:
-        version: the pending table version the batch created.
+        version: the version the batch's last write created, in the table it wrote last.
         timestamp_ms: commit time.
         batch_id: the micro-batch id.
         pipeline: the join's pipeline id (``lakehouse.pipeline``), None if not recorded.
@@ -66,19 +66,22 @@ class BatchRecord:
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """The batch records of the pending table up to one version, oldest first.
+    """The batch records of a join up to one consistent cut, oldest first.
 
     Attributes:
         uri: the pending table.
-        version: the pending table version the ledger ends at (the version validated).
-        records: one per batch commit at or before ``version``, in version order.
-        from_creation: True when the history reaches back to the table's creation (version
-            0); False when older commits were removed by log clean-up, in which case the
-            first record only serves as the accounting baseline.
+        version: the pending table version that goes with the cut (None: no pending table
+            commit at or before it).
+        output_version: the output table version that goes with the cut (None: none).
+        records: one per batch up to the cut, in batch order.
+        from_creation: True when the histories reach back to the tables' creation; False
+            when older commits were removed by log clean-up, in which case the first record
+            only serves as the accounting baseline.
     """
 
     uri: str
-    version: int
+    version: int | None
+    output_version: int | None
     records: tuple[BatchRecord, ...]
     from_creation: bool
 
@@ -88,92 +91,144 @@ class Ledger:
         return self.records[-1].batch_id if self.records else None
 
 
-def read_ledger(uri: str, *, version: int) -> Ledger:
-    """Read the pending table's batch records up to and including ``version``.
+@dataclass
+class _Batch:
+    batch_id: int
+    commits: dict[str, tuple[delta.CommitInfo, Mapping[str, str]]]
 
-    Commits without ``lakehouse.batchId`` and ``lakehouse.arrived`` (the create commit, schema
-    changes) are not batches and are left out.
+
+def read_ledger(pending_uri: str, *, output_uri: str, dead_letter_uri: str | None = None) -> Ledger:
+    """Read the join's batch records from its tables' histories (module docstring).
 
     Raises:
         QualityError: a batch commit's metadata does not parse; the message names the table,
             the version and the key.
     """
-    entries = [e for e in delta.history(uri) if e.version <= version]
-    entries.sort(key=lambda e: e.version)
-    records = tuple(
-        _record(uri, e.version, e.timestamp_ms, e.metadata)
-        for e in entries
-        if META_BATCH_ID in e.metadata and META_ARRIVED in e.metadata
+    histories: dict[str, list[delta.CommitInfo]] = {}
+    for role, uri in (("pending", pending_uri), ("output", output_uri), ("dead", dead_letter_uri)):
+        if uri and delta.table_exists(uri):
+            histories[role] = delta.history(uri)
+    pipelines = {
+        c.metadata.get(J.META_PIPELINE)
+        for role in ("pending", "output")
+        for c in histories.get(role, [])
+        if J.META_PLAN in c.metadata
+    } - {None}
+    batches: dict[int, _Batch] = {}
+    for role, entries in histories.items():
+        for entry in entries:
+            meta = entry.metadata
+            if J.META_PLAN not in meta or J.META_BATCH_ID not in meta:
+                continue  # the create commit, schema changes, other pipelines' dead letters
+            if role == "dead" and meta.get(J.META_PIPELINE) not in pipelines:
+                continue
+            batch_id = _integer(entry, meta, J.META_BATCH_ID)
+            batch = batches.setdefault(batch_id, _Batch(batch_id, {}))
+            batch.commits.setdefault(role, (entry, meta))
+    records: list[BatchRecord] = []
+    previous_pending = 0
+    for batch_id in sorted(batches):
+        record = _record(batches[batch_id], previous_pending)
+        if record is None:
+            break  # the batch is still writing: the cut is before it
+        records.append(record)
+        previous_pending = record.pending_rows
+    cut = records[-1].batch_id if records else None
+    from_creation = all(
+        min((e.version for e in entries), default=0) == 0
+        for role, entries in histories.items()
+        if role != "dead"
     )
-    from_creation = bool(entries) and entries[0].version == 0
-    return Ledger(uri=uri, version=version, records=records, from_creation=from_creation)
-
-
-def _record(uri: str, version: int, timestamp_ms: int, meta: Mapping[str, str]) -> BatchRecord:
-    def fail(key: str, e: Exception) -> QualityError:
-        return QualityError(
-            f"pending table '{uri}' version {version}: commit metadata {key} = "
-            f"{meta.get(key)!r} does not parse ({e}); the table was written by something other "
-            "than the lakehouse join, or by an incompatible version of it",
-            stage="reading the pending table's history",
-        )
-
-    def integer(key: str) -> int:
-        try:
-            return int(json.loads(meta[key]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise fail(key, e) from e
-
-    try:
-        plan: dict[str, Any] = json.loads(meta[META_PLAN])
-        watermarks = {
-            name: Watermark.from_dict(plan[name])
-            for name in ("combined", "previous", "probe", "build")
-        }
-        build_version = plan.get("buildVersion")
-    except Exception as e:  # KeyError, JSONDecodeError, WatermarkError
-        raise fail(META_PLAN, e) from e
-    return BatchRecord(
-        version=version,
-        timestamp_ms=timestamp_ms,
-        batch_id=integer(META_BATCH_ID),
-        pipeline=meta.get(META_PIPELINE),
-        arrived=integer(META_ARRIVED),
-        released=integer(META_RELEASED),
-        pending_rows=integer(META_PENDING_ROWS),
-        dead_lettered=integer(META_DEAD_LETTERED),
-        build_version=None if build_version is None else int(build_version),
-        **watermarks,
+    return Ledger(
+        uri=pending_uri,
+        version=_version_at(histories.get("pending", []), cut),
+        output_version=_version_at(histories.get("output", []), cut),
+        records=tuple(records),
+        from_creation=from_creation,
     )
 
 
-def output_version_for(uri: str, last_batch_id: int | None) -> int | None:
-    """The output table version that goes with a pending version whose last batch is
-    ``last_batch_id``: the newest output commit of a batch ``<= last_batch_id``.
-
-    The join writes each batch's output before its pending table. Reading both at their
-    latest versions while the pipeline runs could see batch ``k+1``'s output next to batch
-    ``k``'s pending rows, and report the rows released in ``k+1`` as duplicates. Pairing the
-    versions by batch id gives the state the tables had after batch ``last_batch_id``.
-
-    Returns:
-        The version, or None when the output table does not exist or holds no such batch
-        (nothing was released yet).
-    """
-    if last_batch_id is None or not delta.table_exists(uri):
-        return None
+def _version_at(entries: Iterable[delta.CommitInfo], cut: int | None) -> int | None:
+    """The newest version whose commit is of a batch at or before ``cut`` (or not a batch)."""
     best: int | None = None
-    for entry in delta.history(uri):
-        raw = entry.metadata.get(META_BATCH_ID)
-        if raw is None:
+    for entry in entries:
+        raw = entry.metadata.get(J.META_BATCH_ID)
+        batch = None
+        if raw is not None:
+            try:
+                batch = int(json.loads(raw))
+            except (TypeError, ValueError):
+                batch = None
+        if batch is not None and (cut is None or batch > cut):
             continue
-        try:
-            batch = int(json.loads(raw))
-        except (TypeError, ValueError):
-            continue
-        if batch <= last_batch_id and (best is None or entry.version > best):
+        if best is None or entry.version > best:
             best = entry.version
     return best
+
+
+def _record(batch: _Batch, previous_pending: int) -> BatchRecord | None:
+    """The merged record of one batch, or None when its writes are not all there yet."""
+    commits = batch.commits
+    order = [r for r in ("pending", "output", "dead") if r in commits]
+    entry, meta = commits[order[0]]
+    try:
+        plan = ReleasePlan.from_json(meta[J.META_PLAN])
+    except Exception as e:  # KeyError, JSONDecodeError, WatermarkError
+        raise _fail(entry, meta, J.META_PLAN, e) from e
+    counted = next((commits[r] for r in order if J.META_ARRIVED in commits[r][1]), None)
+    if counted is not None and J.META_RELEASED in counted[1]:
+        c_entry, c_meta = counted
+        arrived = _integer(c_entry, c_meta, J.META_ARRIVED)
+        released = _integer(c_entry, c_meta, J.META_RELEASED)
+        pending_rows = _integer(c_entry, c_meta, J.META_PENDING_ROWS)
+        dead = _integer(c_entry, c_meta, J.META_DEAD_LETTERED)
+    elif "output" in commits:
+        # the fast path: everything that arrived was released, in this output commit
+        released = commits["output"][0].rows
+        arrived = released
+        pending_rows = 0
+        dead = 0
+        if counted is not None:  # its dead letters (malformed records) say how many
+            dead = _integer(counted[0], counted[1], J.META_DEAD_LETTERED)
+    else:
+        return None  # dead letters of a fast-path batch whose output is not committed yet
+    if (pending_rows or previous_pending) and "pending" not in commits:
+        return None  # the batch writes its pending table last, and has not yet
+    if released and "output" not in commits:
+        return None  # its dead letters are written, its output not yet
+    last = commits[order[0]][0]
+    return BatchRecord(
+        version=last.version,
+        timestamp_ms=last.timestamp_ms,
+        batch_id=batch.batch_id,
+        pipeline=meta.get(J.META_PIPELINE),
+        arrived=arrived,
+        released=released,
+        pending_rows=pending_rows,
+        dead_lettered=dead,
+        combined=plan.combined,
+        previous=plan.previous,
+        probe=plan.probe,
+        build=plan.build,
+        build_version=plan.build_version,
+    )
+
+
+def _fail(entry: Any, meta: Mapping[str, str], key: str, e: Exception) -> QualityError:
+    where = f"version {entry.version}" if hasattr(entry, "version") else str(entry)
+    return QualityError(
+        f"join table commit {where}: commit metadata {key} = {meta.get(key)!r} does not parse "
+        f"({e}); the table was written by something other than the lakehouse join, or by an "
+        "incompatible version of it",
+        stage="reading the join's history",
+    )
+
+
+def _integer(entry: Any, meta: Mapping[str, str], key: str) -> int:
+    try:
+        return int(json.loads(meta[key]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _fail(entry, meta, key, e) from e
 
 
 def watermark_orders(watermarks: Iterable[Watermark]) -> dict[Watermark, int]:

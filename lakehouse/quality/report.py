@@ -513,9 +513,13 @@ def _pin(
             "pending table (pending_uri); check the path or run the join first",
             table_uri=pending_uri,
         )
-    pending_version = delta.latest_version(pending_uri)
-    ledger = _ledger.read_ledger(pending_uri, version=pending_version)
-    output_version = _ledger.output_version_for(output_uri, ledger.last_batch_id)
+    ledger = _ledger.read_ledger(
+        pending_uri, output_uri=output_uri, dead_letter_uri=dead_letter_uri
+    )
+    pending_version = (
+        ledger.version if ledger.version is not None else delta.latest_version(pending_uri)
+    )
+    output_version = ledger.output_version
     dead_letter_version = (
         delta.latest_version(dead_letter_uri)
         if dead_letter_uri and delta.table_exists(dead_letter_uri)
@@ -527,9 +531,7 @@ def _pin(
         **dict.fromkeys(probe_key, "probe_key"),
         probe_id: "probe_id",
     }
-    pending_schema = (
-        delta.table_schema(pending_uri, version=pending_version)
-    )
+    pending_schema = delta.table_schema(pending_uri, version=pending_version)
     _require_columns(
         "pending",
         pending_uri,

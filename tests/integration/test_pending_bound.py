@@ -92,13 +92,15 @@ def test_rows_over_the_bound_go_to_the_dead_letter_table_oldest_first(spark, tmp
     reason = delta.read(spark, opts.dead_letter_uri).first()._error
     assert "pending_max_rows = 3" in reason and "replay" in reason
 
-    # the alert is in both commits' metadata and in `lakehouse status` on the pending table
+    # the alert is in the metadata of both commits the batch made (it released nothing, so
+    # it did not write the output table) and in `lakehouse status` on the pending table
     pending_meta = delta.history(opts.pending_uri, limit=1)[0].metadata
     assert pending_meta["lakehouse.evicted"] == "2"
     assert "pending_max_rows = 3" in pending_meta["lakehouse.pendingBoundAlert"]
     assert json.loads(pending_meta["lakehouse.state"])["evictedTotal"] == 3
-    output_meta = delta.history(opts.output_uri, limit=1)[0].metadata
-    assert "pending_max_rows = 3" in output_meta["lakehouse.pendingBoundAlert"]
+    assert not delta.table_exists(opts.output_uri)
+    dead_meta = delta.history(opts.dead_letter_uri, limit=1)[0].metadata
+    assert "pending_max_rows = 3" in dead_meta["lakehouse.pendingBoundAlert"]
     from lakehouse.cli import main
 
     with pytest.raises(SystemExit) as exited:

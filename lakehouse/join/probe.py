@@ -1,0 +1,183 @@
+"""Probe records: their schema, parsing and dead letters (Spark expressions, no I/O).
+
+A raw probe record (:data:`lakehouse.sources.RAW_SCHEMA`) becomes a row of the probe's
+columns plus the join's pending lineage (:data:`lakehouse.join.layout.PENDING_LINEAGE`): the
+source position, the event time in epoch ms, the raw bytes (kept so a dead-lettered or evicted
+row can be replayed) and a parse verdict. Records that are not JSON objects of the probe
+schema, or lack a column the join needs, carry ``_parse_error`` and go to the dead-letter
+table; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakehouse.dead_letter import to_dead_letters
+from lakehouse.errors import ConfigError
+from lakehouse.join import layout as J
+from lakehouse.join.options import JoinOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+PARSE_ERROR = "_parse_error"
+PARSE_ERROR_KIND = "_parse_error_kind"
+
+
+def probe_schema(options: JoinOptions) -> StructType:
+    """The probe records' schema, checked against the columns the options name.
+
+    Raises:
+        ConfigError: the DDL does not parse, names a column twice, lacks a named column, or
+            the time column is not a time.
+    """
+    from pyspark.sql.types import DateType, NumericType, StructType, TimestampType
+
+    try:
+        schema = StructType.fromDDL(options.probe_schema)
+    except Exception as e:
+        raise ConfigError(
+            f"join setting 'probe_schema': cannot parse {options.probe_schema!r} as DDL: {e}",
+            setting="probe_schema",
+        ) from e
+    names = set(schema.fieldNames())
+    for col in (*options.probe_key, options.probe_time, options.probe_id):
+        if col is not None and col not in names:
+            raise ConfigError(
+                f"join setting names probe column '{col}', which is not in probe_schema "
+                f"(columns: {sorted(names)})",
+                setting="probe_schema",
+            )
+    if options.probe_time is not None:
+        typ = schema[options.probe_time].dataType
+        if not isinstance(typ, TimestampType | DateType | NumericType):
+            raise ConfigError(
+                f"join setting 'probe_time': column '{options.probe_time}' has type "
+                f"{typ.simpleString()}; use a timestamp or epoch milliseconds",
+                setting="probe_time",
+            )
+    return schema
+
+
+def pending_schema(schema: StructType) -> StructType:
+    """Schema of the pending table: probe columns, source lineage, event time, arrival."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType(
+        [
+            *schema.fields,
+            StructField(J.PROBE_TOPIC, StringType(), True),
+            StructField(J.PROBE_PARTITION, IntegerType(), True),
+            StructField(J.PROBE_OFFSET, LongType(), True),
+            StructField(J.TIME_MS, LongType(), True),
+            StructField(J.RAW_KEY, BinaryType(), True),
+            StructField(J.RAW_VALUE, BinaryType(), True),
+            StructField(J.SOURCE_TS, TimestampType(), True),
+            StructField(J.ARRIVED_AT, TimestampType(), True),
+            StructField(J.ARRIVAL_BATCH, LongType(), True),
+        ]
+    )
+
+
+def parse(raw: DataFrame, options: JoinOptions, schema: StructType) -> DataFrame:
+    """Parse raw probe records (tick rows already removed): the probe columns, the source
+    lineage, :data:`~lakehouse.join.layout.TIME_MS`, the raw bytes and the verdict
+    (:data:`PARSE_ERROR` / :data:`PARSE_ERROR_KIND`, NULL for a good record)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    with_corrupt = StructType([*schema.fields, StructField("_corrupt", StringType(), True)])
+    text = F.col("value").cast("string")
+    row = F.from_json(
+        text, with_corrupt, {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
+    )
+    df = raw.select(
+        F.col("key").alias(J.RAW_KEY),
+        F.col("value").alias(J.RAW_VALUE),
+        F.col("topic").alias(J.PROBE_TOPIC),
+        F.col("partition").alias(J.PROBE_PARTITION),
+        F.col("offset").alias(J.PROBE_OFFSET),
+        F.col("timestamp").alias(J.SOURCE_TS),
+        row.alias("_r"),
+    )
+    fields = [F.col("_r")[f.name].alias(f.name) for f in schema.fields]
+    t_ms = _time_ms(F.col("_r"), options, schema)
+    required = [
+        *options.probe_key,
+        *([options.probe_time] if options.probe_time else []),
+        *([options.probe_id] if options.probe_id else []),
+    ]
+    missing = F.lit(None).cast("string")
+    for name in reversed(required):
+        missing = F.when(F.col("_r")[name].isNull(), F.lit(name)).otherwise(missing)
+    corrupt = F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull()
+    error = (
+        F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty record"))
+        .when(corrupt, F.lit("not a JSON object matching probe_schema"))
+        .when(
+            missing.isNotNull(),
+            F.concat(F.lit("required column '"), missing, F.lit("' is missing or NULL")),
+        )
+    )
+    kind = (
+        F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty"))
+        .when(corrupt, F.lit("malformed_json"))
+        .when(missing.isNotNull(), F.lit("missing_field"))
+    )
+    return df.select(
+        *fields,
+        J.PROBE_TOPIC,
+        J.PROBE_PARTITION,
+        J.PROBE_OFFSET,
+        (t_ms if t_ms is not None else F.lit(None).cast("bigint")).alias(J.TIME_MS),
+        J.RAW_KEY,
+        J.RAW_VALUE,
+        J.SOURCE_TS,
+        error.alias(PARSE_ERROR),
+        kind.alias(PARSE_ERROR_KIND),
+    )
+
+
+def _time_ms(row: Column, options: JoinOptions, schema: StructType) -> Column | None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, TimestampType
+
+    if options.probe_time is None:
+        return None
+    typ = schema[options.probe_time].dataType
+    value = row[options.probe_time]
+    if isinstance(typ, TimestampType):
+        return F.unix_millis(value)
+    if isinstance(typ, DateType):
+        return F.unix_millis(value.cast("timestamp"))
+    return value.cast("bigint")
+
+
+def dead_letters(
+    rows: DataFrame, *, kind: Column, error: Column, pipeline: str, batch_id: int
+) -> DataFrame:
+    """Probe rows (parsed or pending) as dead letters, with their raw record and position."""
+    from pyspark.sql import functions as F
+
+    return to_dead_letters(
+        rows,
+        raw_key=F.col(J.RAW_KEY),
+        raw_value=F.col(J.RAW_VALUE),
+        topic=F.col(J.PROBE_TOPIC),
+        partition=F.col(J.PROBE_PARTITION),
+        offset=F.col(J.PROBE_OFFSET),
+        source_timestamp=F.col(J.SOURCE_TS),
+        error_kind=kind,
+        error=error,
+        pipeline=pipeline,
+        batch_id=batch_id,
+    )

@@ -1,0 +1,252 @@
+"""Staging a batch's rows by its plan, and the joined output rows (Spark expressions).
+
+The candidates of a batch are the pending rows plus the new ones. :func:`stage` marks each
+with the plan's verdict, in this order of precedence:
+
+* ``_late``: a new row at or below the previous watermark, under ``late_policy =
+  dead-letter``;
+* ``_expired``: a pending row older than ``pending_ttl_ms`` (by arrival);
+* ``_release``: the combined watermark covers it: every row when it is processing time,
+  ``time <= watermark`` when it is event time; nothing while there is no build table;
+* ``_evict``: of the rows that would stay pending, those over the pending bound
+  (:func:`apply_pending_bound`).
+
+Every other row stays pending. Only the plan and the rows decide, never the clock, so a
+replay with the recorded plan stages the same rows the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakehouse.build import layout as L
+from lakehouse.errors import ConfigError
+from lakehouse.join import layout as J
+from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+from lakehouse.join.options import JoinOptions
+from lakehouse.join.state import BatchCounts, ReleasePlan, late_rule_applies
+from lakehouse.time import WATERMARK_MIN, Watermark
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+IS_NEW = "_is_new"
+LATE = "_late"
+EXPIRED = "_expired"
+RELEASE = "_release"
+EVICT = "_evict"
+#: Output rows that are expired pending rows released unmatched (``expiry_policy=release``).
+EXPIRED_ROW = "_expired_row"
+STAGING = (IS_NEW, LATE, EXPIRED, RELEASE, EVICT)
+
+
+def covers(watermark: Watermark, t_ms: Column) -> Column:
+    """Whether the watermark releases a row of event time ``t_ms``."""
+    from pyspark.sql import functions as F
+
+    if watermark.use_processing_time:
+        return F.lit(True)
+    if watermark.timestamp == WATERMARK_MIN:
+        return F.lit(False)
+    return t_ms.isNotNull() & (t_ms <= F.lit(watermark.timestamp))
+
+
+def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> DataFrame:
+    """Add the plan's verdicts (module docstring), all but ``_evict``."""
+    from pyspark.sql import functions as F
+
+    late = F.lit(False)
+    if late_rule_applies(options, plan):
+        late = F.col(IS_NEW) & (F.col(J.TIME_MS) <= F.lit(plan.previous.timestamp))
+    expired = F.lit(False)
+    if options.pending_ttl_ms is not None:
+        horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - options.pending_ttl_ms))
+        expired = ~F.col(IS_NEW) & (F.col(J.ARRIVED_AT) <= horizon)
+    release = covers(plan.combined, F.col(J.TIME_MS))
+    if plan.build_version is None:  # no build table yet: nothing can be released or expired
+        expired = release = F.lit(False)
+    return (
+        candidates.withColumn(LATE, late)
+        .withColumn(EXPIRED, expired & ~F.col(LATE))
+        .withColumn(RELEASE, release & ~F.col(LATE) & ~F.col(EXPIRED))
+    )
+
+
+def age_ms(plan: ReleasePlan) -> Column | None:
+    """A waiting row's age for the pending bound, in the probe's own time: how far its event
+    time is behind the probe watermark, or (probe in processing time) how long ago it arrived.
+
+    Event time, not arrival time, where there is one: the answer then depends on the data
+    only, not on how fast or in how many batches it was processed, and it measures what the
+    bound is for (rows the probe stream has long passed, held back by the build side). None
+    while the probe watermark is still MIN (no probe time seen: nothing is old yet).
+    """
+    from pyspark.sql import functions as F
+
+    if plan.probe.use_processing_time:
+        return F.lit(plan.decided_at_ms) - F.unix_millis(F.col(J.ARRIVED_AT))
+    if plan.probe.timestamp == WATERMARK_MIN:
+        return None
+    return F.lit(plan.probe.timestamp) - F.col(J.TIME_MS)
+
+
+def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
+    """Add ``_evict``: the pending bound's verdict (``pending_bound_age``,
+    ``pending_bound_rows`` or NULL) for each row that would otherwise stay pending.
+
+    First every waiting row more than ``pending_max_age_ms`` behind the probe's time; then,
+    when more than ``pending_max_rows`` remain, the oldest of them (event time, or arrival
+    batch when the probe watermark is processing time; ties by source position, which makes
+    the order total, so a replay picks the same rows). Counting the remaining rows is a Spark
+    job, run only when a row bound is set.
+    """
+    from pyspark.sql import functions as F
+
+    waiting = ~F.col(RELEASE) & ~F.col(LATE) & ~F.col(EXPIRED)
+    verdict = F.lit(None).cast("string")
+    age = age_ms(plan)
+    if plan.pending_max_age_ms is not None and age is not None:
+        verdict = F.when(waiting & (age > F.lit(plan.pending_max_age_ms)), F.lit(J.EVICTED_AGE))
+    staged = staged.withColumn(EVICT, verdict)
+    if plan.pending_max_rows is None:
+        return staged
+    remaining = staged.filter(waiting & F.col(EVICT).isNull())
+    over = remaining.count() - plan.pending_max_rows
+    if over <= 0:
+        return staged
+    position = list(J.POSITION)
+    oldest = (
+        [J.ARRIVAL_BATCH]
+        if plan.probe.use_processing_time
+        else [F.coalesce(F.col(J.TIME_MS), F.lit(WATERMARK_MIN)).asc()]
+    )
+    victims = (
+        remaining.orderBy(*oldest, *position)
+        .limit(over)
+        .select(*position)
+        .distinct()
+        .withColumn("_victim", F.lit(True))
+    )
+    columns = staged.columns
+    return (
+        staged.join(victims, on=position, how="left")
+        .withColumn(
+            EVICT, F.coalesce(F.col(EVICT), F.when(F.col("_victim"), F.lit(J.EVICTED_ROWS)))
+        )
+        .select(*columns)
+    )
+
+
+def count(staged: DataFrame) -> BatchCounts:
+    """How the staged rows split (one Spark job)."""
+    from pyspark.sql import functions as F
+
+    row = staged.agg(
+        F.count(F.lit(1)).alias("total"),
+        F.count(F.when(F.col(RELEASE), 1)).alias("release"),
+        F.count(F.when(F.col(LATE), 1)).alias("late"),
+        F.count(F.when(F.col(EXPIRED), 1)).alias("expired"),
+        F.count(F.when(F.col(EVICT) == J.EVICTED_AGE, 1)).alias("evicted_age"),
+        F.count(F.when(F.col(EVICT) == J.EVICTED_ROWS, 1)).alias("evicted_rows"),
+    ).first()
+    assert row is not None
+    return BatchCounts(**{k: int(row[k]) for k in row.asDict()})
+
+
+def kept(staged: DataFrame) -> DataFrame:
+    """The rows that stay pending, in the pending table's layout."""
+    from pyspark.sql import functions as F
+
+    keep = ~F.col(RELEASE) & ~F.col(LATE) & ~F.col(EXPIRED) & F.col(EVICT).isNull()
+    return staged.filter(keep).drop(*STAGING)
+
+
+def output_rows(
+    staged: DataFrame,
+    build: DataFrame,
+    *,
+    plan: ReleasePlan,
+    options: JoinOptions,
+    build_key: tuple[str, ...],
+    num_buckets: int,
+) -> DataFrame:
+    """Joined output rows of the batch (matched or not, plus expired ones when they are
+    released unmatched), with the lineage columns and :data:`EXPIRED_ROW`.
+
+    Raises:
+        ConfigError: a build column would have the name of a probe column.
+    """
+    from pyspark.sql import functions as F
+
+    o = options
+    assert plan.build_version is not None
+    for probe_column, build_column in zip(o.probe_key, build_key, strict=True):
+        if build_column not in build.columns:
+            # a build table whose snapshot completed empty (created by a signal before
+            # any row) has no key columns yet: it matches nothing
+            build = build.withColumn(
+                build_column, F.lit(None).cast(staged.schema[probe_column].dataType)
+            )
+    value_columns = [c for c in build.columns if c not in build_key and c not in L.LINEAGE_COLUMNS]
+    carried = (J.ARRIVED_AT, J.ARRIVAL_BATCH, J.PROBE_TOPIC, J.PROBE_PARTITION, J.PROBE_OFFSET)
+    probe_columns = [c for c in staged.columns if not c.startswith("_") or c in carried]
+    out_values = [o.build_prefix + c for c in value_columns]
+    clash = sorted(set(out_values) & set(probe_columns))
+    if clash:
+        raise ConfigError(
+            f"build column(s) {clash} have the names of probe columns; set build_prefix "
+            "(e.g. --build-prefix rate_) so the output can hold both",
+            setting="build_prefix",
+        )
+    released = staged.filter(RELEASE).select(
+        *probe_columns, (F.col(J.TIME_MS) * 1000).alias(PROBE_TIME_US)
+    )
+    joined = join_as_of(
+        released,
+        build,
+        probe_key=o.probe_key,
+        build_key=build_key,
+        value_columns=value_columns,
+        output_names=[*probe_columns, *out_values, J.BUILD_EVENT_TIME, J.MATCHED],
+        latest=o.mode == "proctime",
+        num_buckets=num_buckets,
+    ).withColumn(EXPIRED_ROW, F.lit(False))
+    if o.expiry_policy == "release" and o.pending_ttl_ms is not None:
+        expired = staged.filter(EXPIRED).select(*probe_columns)
+        for name in out_values:
+            expired = expired.withColumn(
+                name, F.lit(None).cast(build.schema[name[len(o.build_prefix) :]].dataType)
+            )
+        expired = (
+            expired.withColumn(J.BUILD_EVENT_TIME, F.lit(None).cast("timestamp"))
+            .withColumn(J.MATCHED, F.lit(False))
+            .withColumn(EXPIRED_ROW, F.lit(True))
+        )
+        joined = joined.unionByName(expired)
+    wm = None if plan.combined.use_processing_time else plan.combined.timestamp
+    return joined.select(
+        *probe_columns,
+        *out_values,
+        J.MATCHED,
+        F.lit(plan.build_version).cast("bigint").alias(J.BUILD_VERSION),
+        J.BUILD_EVENT_TIME,
+        (
+            F.lit(None).cast("timestamp")
+            if wm is None or wm == WATERMARK_MIN
+            else F.timestamp_millis(F.lit(wm))
+        ).alias(J.WATERMARK),
+        F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(J.RELEASED_AT),
+        F.lit(o.mode).alias(J.JOIN_MODE),
+        F.lit(plan.batch_id).cast("bigint").alias(J.BATCH_ID),
+        EXPIRED_ROW,
+    )
+
+
+def for_join_type(out: DataFrame, options: JoinOptions) -> DataFrame:
+    """The output rows the join type writes: all of them (``left``), or the matched ones and
+    the expired rows released unmatched (``inner``)."""
+    from pyspark.sql import functions as F
+
+    if options.join_type == "inner":
+        out = out.filter(F.col(J.MATCHED) | F.col(EXPIRED_ROW))
+    return out.drop(EXPIRED_ROW)
