@@ -50,8 +50,8 @@ import numpy as np
 from bench.measure import emit, tree_usage
 from bench.workload import EPOCH0_MS, HORIZON_MS, Workload
 
-#: Records per partition of the broker topic (the spread of the runs in bench/README.md).
-BROKER_PARTITION_MAX = 4_000
+#: Records per partition of the broker topic (200k events: 4 partitions).
+BROKER_PARTITION_MAX = 50_000
 #: How often the latency scenario's writer drops a probe file.
 FEED_EVERY_S = 1.0
 
@@ -96,12 +96,23 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
         dead_letter_uri=str(root / "dlq"),
         pipeline_id="bench-ingest",
     )
+    from lakehouse.testing.cost import BatchCost
+
     batches: list[tuple[int, float]] = []
+    costs: list[dict[str, Any]] = []
+    copy_uri = str(root / "copy")
 
     def timed_sink(df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
-        report = sink.process(df, batch_id)
-        batches.append((report.records, time.perf_counter() - t0))
+        with BatchCost(df.sparkSession) as cost:
+            if spec.get("sink", "product") == "copy":
+                records = _plain_copy(df, copy_uri, batch_id)
+            else:
+                records = sink.process(df, batch_id).records
+        batches.append((records, time.perf_counter() - t0))
+        costs.append(
+            {"jobs": cost.jobs, "delta_jobs": cost.delta_jobs, "log_reads": cost.log_reads}
+        )
 
     source = spec["source"]
     broker_ctx = None
@@ -139,7 +150,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
             spark,
             bootstrap_servers=bootstrap,
             topics=topic,
-            options={"maxOffsetsPerTrigger": str(spec.get("records_per_trigger", 20_000))},
+            options={"maxOffsetsPerTrigger": str(spec.get("records_per_trigger", 40_000))},
         )
     try:
         cpu0, _ = tree_usage(os.getpid())
@@ -156,7 +167,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         if broker_ctx is not None:
             broker_ctx.__exit__(None, None, None)
-    rows = delta.row_count(str(root / "build"))
+    rows = delta.row_count(copy_uri if spec.get("sink") == "copy" else str(root / "build"))
     spark.stop()
     # steady state: the batches after the first (which also starts Python workers)
     later = batches[1:]
@@ -164,6 +175,8 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
     later_s = sum(s for _, s in later)
     return {
         "source": source,
+        "sink": spec.get("sink", "product"),
+        "cost": costs,
         "events": n,
         "rows_committed": rows,
         "seconds": seconds,
@@ -174,6 +187,42 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
         "batch_s": [s for _, s in batches],
         "steady_events_per_s": later_events / later_s if later_s else None,
     }
+
+
+#: The Debezium envelope's payload, as a plain Kafka-to-Delta copy parses it.
+_COPY_SCHEMA = (
+    "payload struct<before: struct<currency: string, rate: string>, "
+    "after: struct<currency: string, rate: string>, op: string, ts_ms: bigint, "
+    "source: struct<lsn: bigint, snapshot: string>>"
+)
+
+
+def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
+    """The peer of the ingest: read, parse with ``from_json``, append (one idempotent write),
+    counting the rows while writing."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from lakehouse import delta
+
+    seen = Observation(f"copy-{batch_id}")
+    parsed = df.select(
+        F.from_json(F.col("value").cast("string"), _COPY_SCHEMA).alias("e"),
+        "partition",
+        "offset",
+    ).select(
+        F.coalesce("e.payload.after.currency", "e.payload.before.currency").alias("currency"),
+        F.col("e.payload.after.rate").alias("rate"),
+        F.col("e.payload.op").alias("_op"),
+        F.timestamp_millis("e.payload.ts_ms").alias("_event_time"),
+        F.col("e.payload.source.lsn").alias("_lsn"),
+        "partition",
+        "offset",
+    )
+    delta.append(
+        parsed.observe(seen, F.count(F.lit(1)).alias("n")), uri, txn=("bench-copy", batch_id)
+    )
+    return int(seen.get["n"])
 
 
 def latency(spec: dict[str, Any]) -> dict[str, Any]:
@@ -398,7 +447,103 @@ def backlog(spec: dict[str, Any]) -> dict[str, Any]:
     return {"batch_rows": rows, "keys": w.keys, "versions": w.versions, "points": points}
 
 
-SCENARIOS = {"ingest": ingest, "latency": latency, "history": history, "backlog": backlog}
+def cost(spec: dict[str, Any]) -> dict[str, Any]:
+    """Spark jobs and Delta log reads of small steady-state micro-batches (the figures the
+    engine issue starts from): an ingest batch of 3 CDC events, a row-time and a
+    processing-time join batch of 6 probe rows, each repeated, on real tables on disk."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import StructType
+
+    from lakehouse.build import BuildSink, BuildTarget
+    from lakehouse.join import JoinOptions, TemporalJoin
+    from lakehouse.sources.schema import RAW_SCHEMA_DDL
+    from lakehouse.testing.cost import BatchCost
+    from lakehouse.testing.debezium import DebeziumTable
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("cost", spec.get("spark_conf", {}))
+    batches = spec.get("batches", 6)
+    schema = StructType.fromDDL(RAW_SCHEMA_DDL)
+    offset = [0]
+
+    def raw(values: list[tuple[bytes | None, bytes | None]], topic: str) -> Any:
+        now = datetime.now(UTC)
+        rows = [(k, v, topic, 0, offset[0] + i, now, 0) for i, (k, v) in enumerate(values)]
+        offset[0] += len(values)
+        return spark.createDataFrame(rows, schema)
+
+    table = DebeziumTable("public", "rates", key="currency", start_ms=EPOCH0_MS, step_ms=10)
+    codes = [f"C{i:02d}" for i in range(20)]
+    sink = BuildSink(
+        [BuildTarget(str(root / "rates"), key_columns=("currency",))],
+        dead_letter_uri=str(root / "dlq"),
+        pipeline_id="cost-ingest",
+    )
+
+    def events(messages: list[Any]) -> list[tuple[bytes | None, bytes | None]]:
+        return [(m.key_bytes(), m.value_bytes()) for m in messages]
+
+    out: dict[str, list[dict[str, Any]]] = {"ingest": [], "rowtime": [], "proctime": []}
+    snapshot = table.snapshot([{"currency": c, "rate": "1.0"} for c in codes])
+    sink.process(raw(events(snapshot), "dbserver1.public.rates"), 0)
+    for b in range(1, batches + 1):
+        changes = [table.update({"currency": codes[(b * 3 + i) % 20], "rate": f"{b}.{i}"})
+                   for i in range(3)]
+        t0 = time.perf_counter()
+        with BatchCost(spark) as c:
+            sink.process(raw(events(changes), "dbserver1.public.rates"), b)
+        out["ingest"].append(_cost_point(b, c, time.perf_counter() - t0))
+    for mode in ("rowtime", "proctime"):
+        opts = JoinOptions(
+            build_uri=str(root / "rates"),
+            output_uri=str(root / f"out-{mode}"),
+            pending_uri=str(root / f"pending-{mode}"),
+            dead_letter_uri=str(root / f"dlq-{mode}"),
+            pipeline_id=f"cost-{mode}",
+            probe_schema="id bigint, currency string, ts bigint",
+            probe_key=("currency",),
+            probe_time="ts" if mode == "rowtime" else None,
+            mode=mode,
+            watermark="bounded" if mode == "rowtime" else "none",
+            join_type="left",
+        )
+        op = TemporalJoin(opts)
+        t_ms = EPOCH0_MS
+        for b in range(batches + 1):
+            probes = []
+            for i in range(6):
+                t_ms += 1
+                row = {"id": b * 6 + i, "currency": codes[(b + i) % 20], "ts": t_ms}
+                probes.append((None, json.dumps(row).encode()))
+            t0 = time.perf_counter()
+            with BatchCost(spark) as c:
+                op.process(raw(probes, "orders"), b)
+            if b:  # batch 0 creates the tables
+                out[mode].append(_cost_point(b, c, time.perf_counter() - t0))
+    spark.stop()
+    return out
+
+
+def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
+    return {
+        "batch": batch,
+        "jobs": c.jobs,
+        "delta_jobs": c.delta_jobs,
+        "log_reads": c.log_reads,
+        "seconds": seconds,
+        "descriptions": c.descriptions,
+    }
+
+
+SCENARIOS = {
+    "ingest": ingest,
+    "latency": latency,
+    "history": history,
+    "backlog": backlog,
+    "cost": cost,
+}
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def main(spec: dict[str, Any]) -> None:
     from lakehouse.join import TemporalJoin
     from lakehouse.join.asof import join_as_of
     from lakehouse.spark import get_spark
+    from lakehouse.testing.cost import BatchCost
 
     side, variant = spec["side"], spec["variant"]
     root = Path(spec["root"])
@@ -97,19 +98,24 @@ def main(spec: dict[str, Any]) -> None:
     walls: list[float] = []
     cpus: list[float] = []
     rows: list[int] = []
+    costs: list[dict[str, Any]] = []
     me = os.getpid()
     for batch_id, path in enumerate(spec["batches"]):
         raw = read_raw(spark, path)
         n = raw.count()
         cpu0, _ = tree_usage(me)
         t0 = time.perf_counter()
-        if variant == "join":
-            join_only(raw)
-        elif side == "product":
-            operator.process(raw, batch_id)
-        else:
-            peer_batch(raw, batch_id)
+        with BatchCost(spark) as cost:
+            if variant == "join":
+                join_only(raw)
+            elif side == "product":
+                operator.process(raw, batch_id)
+            else:
+                peer_batch(raw, batch_id)
         walls.append(time.perf_counter() - t0)
+        costs.append(
+            {"jobs": cost.jobs, "delta_jobs": cost.delta_jobs, "log_reads": cost.log_reads}
+        )
         cpus.append(tree_usage(me)[0] - cpu0)
         rows.append(n)
 
@@ -128,6 +134,7 @@ def main(spec: dict[str, Any]) -> None:
             "rows": rows,
             "wall_s": walls,
             "cpu_s": cpus,
+            "cost": costs,
             "result": [matched, checksum],
         }
     )

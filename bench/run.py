@@ -95,7 +95,7 @@ PRESETS: dict[str, Preset] = {
         proctime_batch_rows=200_000,
         proctime_batches=4,
         ingest_files=(2_000, 18_000),
-        ingest_broker=(2_000, 10_000),
+        ingest_broker=(20_000, 180_000),
         latency_intervals_s=(1.0, 5.0),
         latency_rows_per_s=200,
         latency_warmup_s=20,
@@ -117,7 +117,7 @@ PRESETS: dict[str, Preset] = {
         proctime_batch_rows=1_000_000,
         proctime_batches=4,
         ingest_files=(10_000, 90_000),
-        ingest_broker=(4_000, 36_000),
+        ingest_broker=(20_000, 180_000),
         latency_intervals_s=(1.0, 2.0, 5.0, 10.0),
         latency_rows_per_s=500,
         latency_warmup_s=20,
@@ -302,23 +302,34 @@ class Runner:
             ("files", p.ingest_files),
             ("broker", p.ingest_broker),
         ):
-            self.say(f"e2e ingest from {source}: {keys + updates} events")
-            r = self.isolated(
-                "bench.e2e",
-                {
-                    "scenario": "ingest",
-                    "source": source,
-                    "keys": keys,
-                    "updates": updates,
-                    "root": str(work / f"ingest-{source}"),
-                    "spark_conf": self.spark_conf,
-                },
-                f"e2e-ingest-{source}",
-            )
-            e2e[f"ingest_{source}"] = (
-                r.result if r.ok else {"source": source, "error": r.error or "failed"}
-            )
-            self.save()
+            # from the broker, the product's ingest and a plain Kafka-to-Delta copy of the
+            # same records, side by side
+            for sink in ("product", "copy") if source == "broker" else ("product",):
+                name = f"ingest_{source}" + ("" if sink == "product" else f"_{sink}")
+                self.say(f"e2e ingest from {source} ({sink}): {keys + updates} events")
+                r = self.isolated(
+                    "bench.e2e",
+                    {
+                        "scenario": "ingest",
+                        "source": source,
+                        "sink": sink,
+                        "keys": keys,
+                        "updates": updates,
+                        "root": str(work / f"ingest-{source}-{sink}"),
+                        "spark_conf": self.spark_conf,
+                    },
+                    f"e2e-{name}",
+                )
+                e2e[name] = r.result if r.ok else {"source": source, "error": r.error or "failed"}
+                self.save()
+        self.say("e2e Spark jobs and log reads per micro-batch")
+        r = self.isolated(
+            "bench.e2e",
+            {"scenario": "cost", "root": str(work / "cost"), "spark_conf": self.spark_conf},
+            "e2e-cost",
+        )
+        e2e["cost"] = r.result if r.ok else {"error": r.error or "failed"}
+        self.save()
         e2e["latency"] = []
         for interval in p.latency_intervals_s:
             self.say(f"e2e latency at a {interval} s trigger")

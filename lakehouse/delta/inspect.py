@@ -1,0 +1,108 @@
+"""A read-only look at a table's log without Spark, through delta-rs (``deltalake``).
+
+Commands that only show a table (``lakehouse status``, ``snapshot-status``) should answer in
+about a second, not after a JVM starts. When no Spark session is running, :func:`lakehouse.
+delta.snapshot` hands out a :class:`LogView` instead of the engine's snapshot: the same
+read-only answers (version, properties, recent commits and their ``userMetadata``, app
+transactions, row count from the file statistics), read by delta-rs. Nothing here writes:
+every table is written by delta-spark alone.
+
+When delta-rs cannot open a table (a protocol feature it lacks, a storage scheme it has no
+credentials for, such as ``dbfs:/``), :func:`open_view` returns None and the caller asks the
+engine instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from lakehouse.errors import TableNotFoundError
+
+
+class LogView:
+    """A table's log as delta-rs reads it; the read-only part of
+    :class:`lakehouse.delta.TableSnapshot`'s interface."""
+
+    def __init__(self, uri: str, table: Any | None) -> None:
+        self.uri = uri
+        self._table = table
+        self.exists = table is not None
+        self.version = int(table.version()) if table is not None else -1
+        self.properties: Mapping[str, str] = (
+            dict(table.metadata().configuration or {}) if table is not None else {}
+        )
+        self._history: dict[int, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"LogView({self.uri!r}, version={self.version})"
+
+    def require(self) -> LogView:
+        """Return self; raise :class:`TableNotFoundError` when there is no table."""
+        if not self.exists:
+            raise TableNotFoundError(
+                f"no Delta table at '{self.uri}': check the path, or run the job that creates "
+                "it first",
+                table_uri=self.uri,
+            )
+        return self
+
+    def _entries(self, limit: int) -> dict[int, Any]:
+        if self._history is None or len(self._history) < min(limit, self.version + 1):
+            entries = self._table.history(limit) if self._table is not None else []
+            self._history = {int(e["version"]): e for e in entries if "version" in e}
+        return self._history
+
+    def commit(self, version: int) -> Any:
+        """The commit that created ``version`` (None when the log no longer has it)."""
+        from lakehouse.delta.table import CommitInfo
+
+        entry = self._entries(self.version - version + 1).get(version)
+        if entry is None:
+            return None
+        metadata: dict[str, str] = {}
+        with contextlib.suppress(ValueError, TypeError):
+            decoded = json.loads(entry.get("userMetadata") or "{}")
+            if isinstance(decoded, dict):
+                metadata = {str(k): str(v) for k, v in decoded.items() if k.startswith("lakehouse.")}
+        metrics = entry.get("operationMetrics") or {}
+        return CommitInfo(
+            version=version,
+            timestamp_ms=int(entry.get("timestamp", 0) or 0),
+            operation=str(entry.get("operation", "")),
+            metadata=metadata,
+            rows=int(metrics.get("numOutputRows", 0) or 0),
+        )
+
+    def commits(self, limit: int) -> Iterator[Any]:
+        """The last ``limit`` commits, newest first."""
+        self._entries(limit)
+        for version in range(self.version, max(self.version - limit, -1), -1):
+            info = self.commit(version)
+            if info is not None:
+                yield info
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last version recorded for application transaction ``app_id``, or None."""
+        return None if self._table is None else self._table.transaction_version(app_id)
+
+    def row_count(self) -> int:
+        """Rows, from the file statistics (no data is read)."""
+        return 0 if self._table is None else int(self._table.count())
+
+
+def open_view(uri: str) -> LogView | None:
+    """A :class:`LogView` of ``uri`` (``exists`` False when there is no table there), or None
+    when delta-rs cannot read the table (then use the engine)."""
+    try:
+        from deltalake import DeltaTable
+    except ImportError:
+        return None
+    try:
+        if not DeltaTable.is_deltatable(uri):
+            return LogView(uri, None)
+        return LogView(uri, DeltaTable(uri))
+    except Exception:
+        return None

@@ -1,0 +1,77 @@
+"""What one piece of driver code cost Spark and Delta: jobs run and table logs read.
+
+Used by the tests that hold the per-batch cost down and by the benchmarks that report it::
+
+    with BatchCost(spark) as cost:
+        operator.process(raw, batch_id)
+    cost.jobs, cost.delta_jobs, cost.log_reads   # e.g. 2, 3, {"/t/out": 1, ...}
+
+Jobs are counted through a Spark job group set for the block (jobs Delta starts on its own
+threads inherit it); a job whose description starts with ``Delta:`` is Delta rebuilding a
+table's state from its log (file list, app transactions), the rest are lakehouse's own.
+Log reads are :data:`lakehouse.delta._engine.LOG_READS`: each ``DeltaLog.update`` lakehouse
+asks for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from lakehouse.delta import _engine
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_groups = itertools.count()
+
+
+@dataclass
+class BatchCost:
+    """Counts Spark jobs and Delta log reads of the ``with`` block (module docstring).
+
+    Attributes:
+        jobs: lakehouse's own jobs (parsing, joining, writing data).
+        delta_jobs: Delta's jobs (state reconstruction, file listing for a query).
+        log_reads: per table URI, the times its log was read.
+        descriptions: each job's description, in job id order.
+    """
+
+    spark: SparkSession
+    jobs: int = 0
+    delta_jobs: int = 0
+    log_reads: dict[str, int] = field(default_factory=dict)
+    descriptions: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> BatchCost:
+        self._group = f"lakehouse-cost-{next(_groups)}"
+        self._reads = Counter(_engine.LOG_READS)
+        self.spark.sparkContext.setJobGroup(self._group, self._group)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        store = sc._jsc.sc().statusStore()  # type: ignore[union-attr]
+        for job_id in sorted(sc.statusTracker().getJobIdsForGroup(self._group)):
+            description = str(store.job(job_id).description())
+            self.descriptions.append(description)
+            if "Delta:" in description:
+                self.delta_jobs += 1
+            else:
+                self.jobs += 1
+        after = Counter(_engine.LOG_READS)
+        self.log_reads = {uri: n - self._reads[uri] for uri, n in after.items() if n > self._reads[uri]}
+
+    @property
+    def total_jobs(self) -> int:
+        return self.jobs + self.delta_jobs
