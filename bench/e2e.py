@@ -489,8 +489,10 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
     snapshot = table.snapshot([{"currency": c, "rate": "1.0"} for c in codes])
     sink.process(raw(events(snapshot), "dbserver1.public.rates"), 0)
     for b in range(1, batches + 1):
-        changes = [table.update({"currency": codes[(b * 3 + i) % 20], "rate": f"{b}.{i}"})
-                   for i in range(3)]
+        changes = [
+            table.update({"currency": codes[(b * 3 + i) % 20], "rate": f"{b}.{i}"})
+            for i in range(3)
+        ]
         t0 = time.perf_counter()
         with BatchCost(spark) as c:
             sink.process(raw(events(changes), "dbserver1.public.rates"), b)

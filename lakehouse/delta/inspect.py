@@ -66,7 +66,9 @@ class LogView:
         with contextlib.suppress(ValueError, TypeError):
             decoded = json.loads(entry.get("userMetadata") or "{}")
             if isinstance(decoded, dict):
-                metadata = {str(k): str(v) for k, v in decoded.items() if k.startswith("lakehouse.")}
+                metadata = {
+                    str(k): str(v) for k, v in decoded.items() if k.startswith("lakehouse.")
+                }
         metrics = entry.get("operationMetrics") or {}
         return CommitInfo(
             version=version,

@@ -277,23 +277,41 @@ def snapshot(uri: str, *, spark: SparkSession | None = None) -> TableSnapshot:
     return TableSnapshot(spark, uri, log=log, jsnapshot=jsnapshot)
 
 
+def _look(uri: str, spark: SparkSession | None) -> Any:
+    """A read-only look at the log: without any Spark session, delta-rs's :class:`~lakehouse.
+    delta.inspect.LogView` when it can open the table (no JVM started for a status command);
+    the engine's :class:`TableSnapshot` otherwise."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        if SparkSession.getActiveSession() is None:
+            from lakehouse.delta.inspect import open_view
+
+            view = open_view(uri)
+            if view is not None:
+                return view
+    return snapshot(uri, spark=spark)
+
+
 def table_exists(uri: str, *, spark: SparkSession | None = None) -> bool:
     """Return True when a Delta table (a ``_delta_log`` with a commit) is at ``uri``."""
-    return snapshot(uri, spark=spark).exists
+    return bool(_look(uri, spark).exists)
 
 
 def latest_version(uri: str, *, spark: SparkSession | None = None) -> int:
     """Return the latest committed version of the table."""
-    return snapshot(uri, spark=spark).require().version
+    return int(_look(uri, spark).require().version)
 
 
 def get_properties(
     uri: str, *, version: int | None = None, spark: SparkSession | None = None
 ) -> dict[str, str]:
     """Return the table properties (``delta.*`` and ``lakehouse.*``) at a version."""
-    snap = snapshot(uri, spark=spark).require()
+    snap = _look(uri, spark).require()
     if version is None or version == snap.version:
         return dict(snap.properties)
+    if not isinstance(snap, TableSnapshot):
+        snap = snapshot(uri, spark=spark).require()
     return _engine.properties(_snapshot_at(snap, version))
 
 
@@ -310,24 +328,27 @@ def _snapshot_at(snap: TableSnapshot, version: int) -> Any:
 
 def transaction_version(uri: str, app_id: str, *, spark: SparkSession | None = None) -> int | None:
     """Return the last version recorded for application transaction ``app_id``, or None."""
-    return snapshot(uri, spark=spark).require().transaction_version(app_id)
+    return _look(uri, spark).require().transaction_version(app_id)
 
 
 def history(
     uri: str, *, limit: int | None = None, spark: SparkSession | None = None
 ) -> list[CommitInfo]:
     """Return the table's commits, newest first, with their ``lakehouse.*`` metadata."""
-    snap = snapshot(uri, spark=spark).require()
+    snap = _look(uri, spark).require()
     return list(snap.commits(limit if limit is not None else snap.version + 1))
 
 
 def commit_info(uri: str, version: int, *, spark: SparkSession | None = None) -> CommitInfo | None:
     """Return the commit that created ``version``, or None when the log no longer has it."""
-    return snapshot(uri, spark=spark).require().commit(version)
+    return _look(uri, spark).require().commit(version)
 
 
 def row_count(uri: str, *, version: int | None = None, spark: SparkSession | None = None) -> int:
     """Rows in the table at a version (Delta answers from its file statistics)."""
+    snap = _look(uri, spark)
+    if version is None and not isinstance(snap, TableSnapshot):
+        return int(snap.require().row_count())
     return int(read(_session(spark), uri, version=version).count())
 
 

@@ -70,7 +70,9 @@ class BatchCost:
             else:
                 self.jobs += 1
         after = Counter(_engine.LOG_READS)
-        self.log_reads = {uri: n - self._reads[uri] for uri, n in after.items() if n > self._reads[uri]}
+        self.log_reads = {
+            uri: n - self._reads[uri] for uri, n in after.items() if n > self._reads[uri]
+        }
 
     @property
     def total_jobs(self) -> int:

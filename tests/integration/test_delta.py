@@ -163,3 +163,36 @@ def test_other_delta_reader_reads_what_we_write(spark, tmp_path):
     actions = dt.get_add_actions(flatten=True)
     names = actions.schema.names
     assert "min.id" in names and "max.id" in names
+
+
+def test_status_reads_the_log_without_starting_spark(spark, tmp_path):
+    # a read-only command on a laptop: delta-rs reads the log, no JVM starts
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 3), uri, txn=("job", 0), metadata={"lakehouse.batchId": 0})
+    delta.set_properties(uri, {"lakehouse.primaryKey": "id"}, metadata={"lakehouse.reason": "r"})
+    script = (
+        "import sys\n"
+        "from lakehouse import delta\n"
+        "from lakehouse.cli import main\n"
+        f"uri = {uri!r}\n"
+        "assert delta.latest_version(uri) == 1 and delta.row_count(uri) == 3\n"
+        "assert delta.get_properties(uri)['lakehouse.primaryKey'] == 'id'\n"
+        "assert [c.metadata for c in delta.history(uri)] == "
+        "[{'lakehouse.reason': 'r'}, {'lakehouse.batchId': '0'}]\n"
+        "assert delta.transaction_version(uri, 'job') == 0\n"
+        "try:\n"
+        "    main(['status', uri])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "from pyspark import SparkContext\n"
+        "assert SparkContext._active_spark_context is None, 'Spark was started'\n"
+        "print('NO-SPARK')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "NO-SPARK" in done.stdout and "reason=r" in done.stdout
