@@ -592,10 +592,11 @@ def start_join(
     cfg: JoinConfig | None = settings.join
     if cfg is None:
         raise ConfigError("no [join] section in the configuration", setting="join")
-    operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch)
+    ticks = cfg.trigger == "processing-time"
+    operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch, ticks=ticks)
     source = kafka_stream(cfg, settings.kafka) if cfg.source == "kafka" else None
     stream = open_stream(spark, cfg, settings.kafka)
-    if cfg.trigger == "processing-time":
+    if ticks:
         stream = stream.unionByName(tick_stream(spark))
     return _start(
         stream,

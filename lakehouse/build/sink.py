@@ -264,6 +264,10 @@ class BuildSink:
 
     def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         """Process one micro-batch (see the module docstring); returns what it did."""
+        with delta.batch_scope():  # each table's log read once per batch
+            return self._process(df, batch_id)
+
+    def _process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
         if not self._markers_checked:
             for target in self.targets:

@@ -10,6 +10,7 @@ from lakehouse.delta.table import CommitInfo as CommitInfo
 from lakehouse.delta.table import TableSnapshot as TableSnapshot
 from lakehouse.delta.table import WriteResult as WriteResult
 from lakehouse.delta.table import append as append
+from lakehouse.delta.table import batch_scope as batch_scope
 from lakehouse.delta.table import check_compatible as check_compatible
 from lakehouse.delta.table import commit_info as commit_info
 from lakehouse.delta.table import create_table as create_table
@@ -35,6 +36,7 @@ __all__ = [
     "TableSnapshot",
     "WriteResult",
     "append",
+    "batch_scope",
     "check_compatible",
     "commit_info",
     "create_table",

@@ -63,6 +63,12 @@ def latest(spark: SparkSession, log: Any, uri: str) -> Any:
     return log.update(False, _none(spark), _none(spark))
 
 
+def installed(log: Any) -> Any:
+    """The snapshot the log holds now, without looking at storage: after this process's own
+    commit, the snapshot of that commit (Delta installs it)."""
+    return log.unsafeVolatileSnapshot()
+
+
 def snapshot_at(spark: SparkSession, log: Any, version: int) -> Any:
     """The snapshot of ``version`` (``DeltaLog.getSnapshotAt``)."""
     return log.getSnapshotAt(version, _none(spark), _none(spark), False)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta.table import (
     WriteResult,
+    _after_write,
     _first_line,
     _java_class,
     _quote,
@@ -68,7 +69,7 @@ def delete_rows(
                 table_uri=uri,
             ) from e
         raise
-    after = snapshot(uri, spark=spark)
+    after = _after_write(spark, uri)
     return WriteResult(version=after.version, skipped=False, rows=0)
 
 

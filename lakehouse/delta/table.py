@@ -24,7 +24,9 @@ read a pinned version's parquet files directly (the row-time join's caches) do s
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import contextvars
 import json
 import threading
 from collections.abc import Iterator, Mapping
@@ -136,6 +138,11 @@ class TableSnapshot:
 
     def __repr__(self) -> str:
         return f"TableSnapshot({self.uri!r}, version={self.version})"
+
+    @property
+    def table_id(self) -> str:
+        """Delta's id of the table (a table deleted and created again gets a new one)."""
+        return str(self._jsnapshot.metadata().id()) if self.exists else ""
 
     @property
     def schema(self) -> StructType:
@@ -266,15 +273,57 @@ def _session(spark: SparkSession | None = None) -> SparkSession:
     return get_spark()
 
 
+#: The snapshots of the running batch scope (see :func:`batch_scope`), per thread of control.
+_scope: contextvars.ContextVar[dict[str, TableSnapshot] | None] = contextvars.ContextVar(
+    "lakehouse_delta_batch_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def batch_scope() -> Iterator[None]:
+    """Within it, each table's log is read at most once.
+
+    A micro-batch handler runs its body inside one: the first :func:`snapshot` of a table
+    reads its log, later ones (and every function of this module that looks at the table)
+    get the same snapshot, and a write of this process replaces it with the snapshot Delta
+    installed after the commit (no listing). The handler is the table's only writer (the
+    writer lease), so nothing else changes what it decides from; a racing writer of the same
+    batch still loses in Delta's own conflict check.
+    """
+    token = _scope.set({})
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
 def snapshot(uri: str, *, spark: SparkSession | None = None) -> TableSnapshot:
-    """Look at the table's log once (one listing of ``_delta_log``).
+    """Look at the table's log once (one listing of ``_delta_log``); inside a
+    :func:`batch_scope`, once per scope.
 
     A missing table is not an error here: the snapshot says ``exists=False``.
     """
+    scope = _scope.get()
+    if scope is not None and uri in scope:
+        return scope[uri]
     spark = _session(spark)
     log = _engine.delta_log(spark, uri)
     jsnapshot = _engine.latest(spark, log, uri)
-    return TableSnapshot(spark, uri, log=log, jsnapshot=jsnapshot)
+    snap = TableSnapshot(spark, uri, log=log, jsnapshot=jsnapshot)
+    if scope is not None:
+        scope[uri] = snap
+    return snap
+
+
+def _after_write(spark: SparkSession, uri: str) -> TableSnapshot:
+    """The table as this process's own commit left it: the snapshot Delta installed after the
+    commit (no listing of the log). Replaces the batch scope's snapshot of the table."""
+    log = _engine.delta_log(spark, uri)
+    snap = TableSnapshot(spark, uri, log=log, jsnapshot=_engine.installed(log))
+    scope = _scope.get()
+    if scope is not None:
+        scope[uri] = snap
+    return snap
 
 
 def _look(uri: str, spark: SparkSession | None) -> Any:
@@ -518,7 +567,9 @@ def create_table(
             writer = writer.option("userMetadata", text)
         writer.save(uri)
         if properties:
+            _after_write(spark, uri)
             set_properties(uri, properties, metadata=metadata, spark=spark)
+    _after_write(spark, uri)
     return 0
 
 
@@ -537,7 +588,7 @@ def set_properties(
     pairs = ", ".join(f"{_sql_string(k)} = {_sql_string(str(v))}" for k, v in properties.items())
     with _sql_metadata(spark, metadata):
         spark.sql(f"ALTER TABLE {_quote(uri)} SET TBLPROPERTIES ({pairs})")
-    return snapshot(uri, spark=spark).version
+    return _after_write(spark, uri).version
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,16 +618,32 @@ def read(spark: SparkSession, uri: str, *, version: int | None = None) -> DataFr
         raise _read_error(uri, version, e) from e
 
 
+#: The file list and schema of table versions already read: a version never changes, so a
+#: join pinning the same build version batch after batch asks Delta for its files once.
+_VERSION_FILES: collections.OrderedDict[tuple[str, str, int], tuple[tuple[str, ...], Any]] = (
+    collections.OrderedDict()
+)
+_VERSION_FILES_MAX = 64
+
+
 def read_files(spark: SparkSession, snap: TableSnapshot, *, version: int) -> DataFrame:
     """Read a version as a plain parquet scan of exactly its files, when
     :meth:`TableSnapshot.readable_by_files` allows (the same rows as :func:`read`, in a form
     whose file set callers can cache and extend); Delta's own read otherwise."""
-    delta_df = read(spark, snap.uri, version=version)
     if not snap.readable_by_files():
-        return delta_df
-    # local files as plain paths: the spelling Spark's own parquet scans compare equal with
-    files = sorted(_local_path(f) for f in delta_df.inputFiles())
-    schema = table_schema(snap.uri, version=version, spark=spark)
+        return read(spark, snap.uri, version=version)
+    key = (snap.uri, snap.table_id, version)
+    cached = _VERSION_FILES.get(key)
+    if cached is None:
+        delta_df = read(spark, snap.uri, version=version)
+        # local files as plain paths: the spelling Spark's own parquet scans compare equal with
+        files = tuple(sorted(_local_path(f) for f in delta_df.inputFiles()))
+        schema = snap.schema if version == snap.version else delta_df.schema
+        cached = (files, schema)
+        _VERSION_FILES[key] = cached
+        while len(_VERSION_FILES) > _VERSION_FILES_MAX:
+            _VERSION_FILES.popitem(last=False)
+    files, schema = cached
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
@@ -716,7 +783,7 @@ def _write(
         name = _java_class(e)
         if txn is not None and "ConcurrentTransaction" in name:
             # another copy of this pipeline committed the same batch first: written once
-            return WriteResult(version=snapshot(uri, spark=spark).version, skipped=True, rows=0)
+            return WriteResult(version=_after_write(spark, uri).version, skipped=True, rows=0)
         if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
             raise ConcurrentCommitError(
                 f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
@@ -728,7 +795,7 @@ def _write(
                 table_uri=uri,
             ) from e
         raise
-    after = snapshot(uri, spark=spark)
+    after = _after_write(spark, uri)
     info = after.commit(after.version)
     if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
         # Delta skipped it: the transaction arrived in a commit after our snapshot

@@ -119,6 +119,9 @@ class TemporalJoin:
         clock: the decision clock (tests inject a manual one).
         on_batch: called with each batch's report.
         num_buckets: hash buckets of the as-of join; default Spark's shuffle partitions.
+        ticks: the stream carries the runner's tick rows, so a batch may hold no probe
+            record at all (the fast path then looks before writing; without ticks Spark runs
+            no batch without input).
     """
 
     def __init__(
@@ -128,8 +131,10 @@ class TemporalJoin:
         clock: Clock | None = None,
         on_batch: Callable[[JoinBatchReport], None] | None = None,
         num_buckets: int | None = None,
+        ticks: bool = False,
     ) -> None:
         self.options = options
+        self.ticks = ticks
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
         self.num_buckets = num_buckets
@@ -148,6 +153,10 @@ class TemporalJoin:
 
     def process(self, raw: DataFrame, batch_id: int) -> JoinBatchReport:
         """Process one micro-batch of raw probe records; returns what it did."""
+        with delta.batch_scope():  # each table's log read once per batch
+            return self._process(raw, batch_id)
+
+    def _process(self, raw: DataFrame, batch_id: int) -> JoinBatchReport:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -163,18 +172,18 @@ class TemporalJoin:
         state, plan = look.recovery.state, look.recovery.plan
         if plan is None and not needs_batch_max(self.options):
             plan = self._decide(batch_id, state, None, look.channel)
-        parsed = P.parse(
-            raw.filter(F.col("topic") != J.TICK_TOPIC), self.options, self.probe_schema
-        )
-        parsed = parsed.persist()
+        probe_rows = raw.filter(F.col("topic") != J.TICK_TOPIC)
+        parsed = P.parse(probe_rows, self.options, self.probe_schema)
+        if (
+            look.recovery.plan is None
+            and plan is not None
+            and self.options.join_type == "left"
+            and releases_everything(self.options, plan, state)
+        ):
+            # one pass: no cache (the rows are parsed again only for malformed records)
+            return self._release_all(spark, parsed, plan, state, look, started)
+        parsed = parsed.persist()  # read by the counts, the staging and the dead letters
         try:
-            if (
-                look.recovery.plan is None
-                and plan is not None
-                and self.options.join_type == "left"
-                and releases_everything(self.options, plan, state)
-            ):
-                return self._release_all(spark, parsed, plan, state, look, started)
             return self._general(spark, parsed, batch_id, plan, state, look, started)
         finally:
             parsed.unpersist()
@@ -231,7 +240,7 @@ class TemporalJoin:
         from pyspark.sql import functions as F
 
         o = self.options
-        if parsed.isEmpty():
+        if self.ticks and parsed.isEmpty():  # a tick alone: nothing to write
             return JoinBatchReport(batch_id=plan.batch_id, plan=plan, seconds=_since(started))
         seen = Observation(f"lakehouse-join-in-{o.pipeline_id}-{plan.batch_id}")
         ok = F.col(P.PARSE_ERROR).isNull()

@@ -63,8 +63,9 @@ class BatchCost:
         sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
         store = sc._jsc.sc().statusStore()  # type: ignore[union-attr]
         for job_id in sorted(sc.statusTracker().getJobIdsForGroup(self._group)):
-            description = str(store.job(job_id).description())
-            self.descriptions.append(description)
+            job = store.job(job_id)
+            description = str(job.description())
+            self.descriptions.append(f"{description} | {job.name()}")
             if "Delta:" in description:
                 self.delta_jobs += 1
             else:
