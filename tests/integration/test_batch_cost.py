@@ -1,0 +1,110 @@
+"""The per-batch cost of the handlers, counted (not timed): Spark jobs and Delta log reads.
+
+Each micro-batch reads each table's log once (``delta.batch_scope``), and a processing-time
+batch that releases everything runs at most three Spark jobs in all, Delta's included. The
+counts are deterministic for the pinned Spark and Delta; the bounds hold what was measured
+(bench/README.md, "Per-batch cost") so that a change that adds a job or a look at a log fails
+here first.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import raw_records
+
+from lakehouse.build import BuildSink, BuildTarget
+from lakehouse.join import JoinOptions, TemporalJoin
+from lakehouse.testing.cost import BatchCost
+from lakehouse.testing.debezium import DebeziumTable
+
+pytestmark = pytest.mark.spark
+
+CODES = [f"C{i:02d}" for i in range(10)]
+
+
+def _cdc(spark, messages, first_offset):
+    return raw_records(
+        spark,
+        [m.value_bytes() for m in messages],
+        topic="dbserver1.public.rates",
+        first_offset=first_offset,
+    )
+
+
+@pytest.fixture(scope="module")
+def rates(spark, tmp_path_factory):
+    """A build table ingested by the real sink, and the cost of its steady-state batches."""
+    root = tmp_path_factory.mktemp("cost")
+    uri = str(root / "rates")
+    table = DebeziumTable("public", "rates", key="currency", start_ms=1_000, step_ms=10)
+    sink = BuildSink(
+        [BuildTarget(uri, key_columns=("currency",))],
+        dead_letter_uri=str(root / "dlq"),
+        pipeline_id="cost-ingest",
+    )
+    snapshot = table.snapshot([{"currency": c, "rate": "1.0"} for c in CODES])
+    sink.process(_cdc(spark, snapshot, 0), 0)
+    costs = []
+    offset = len(snapshot)
+    for b in (1, 2):
+        changes = [table.update({"currency": CODES[i], "rate": f"{b}.{i}"}) for i in range(3)]
+        with BatchCost(spark) as cost:
+            sink.process(_cdc(spark, changes, offset), b)
+        offset += len(changes)
+        costs.append(cost)
+    return root, uri, costs
+
+
+def _join(root, uri, mode):
+    return TemporalJoin(
+        JoinOptions(
+            build_uri=uri,
+            output_uri=str(root / f"out-{mode}"),
+            pending_uri=str(root / f"pending-{mode}"),
+            dead_letter_uri=str(root / f"dlq-{mode}"),
+            pipeline_id=f"cost-{mode}",
+            probe_schema="id bigint, currency string, ts bigint",
+            probe_key=("currency",),
+            probe_time="ts" if mode == "rowtime" else None,
+            mode=mode,
+            watermark="bounded" if mode == "rowtime" else "none",
+            join_type="left",
+        ),
+        num_buckets=2,
+    )
+
+
+def _batches(spark, op, n=3):
+    costs = []
+    for b in range(n):
+        rows = [
+            {"id": b * 6 + i, "currency": CODES[(b + i) % 10], "ts": 5_000 + b * 6 + i}
+            for i in range(6)
+        ]
+        with BatchCost(spark) as cost:
+            op.process(raw_records(spark, rows, topic="orders", first_offset=b * 6), b)
+        costs.append(cost)
+    return costs[1:]  # batch 0 creates the tables
+
+
+def test_an_ingest_batch_reads_the_build_table_log_once(rates):
+    _, uri, costs = rates
+    for cost in costs:
+        assert cost.log_reads == {uri: 1}, cost.log_reads
+        assert cost.jobs <= 6 and cost.delta_jobs <= 1, cost.descriptions
+
+
+def test_a_processing_time_batch_is_one_look_per_table_and_three_jobs(spark, rates):
+    root, uri, _ = rates
+    for cost in _batches(spark, _join(root, uri, "proctime")):
+        assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 4, cost.log_reads
+        assert cost.total_jobs <= 3, json.dumps(cost.descriptions, indent=1)
+
+
+def test_a_row_time_batch_is_one_look_per_table(spark, rates):
+    root, uri, _ = rates
+    for cost in _batches(spark, _join(root, uri, "rowtime")):
+        assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 4, cost.log_reads
+        assert cost.jobs <= 5 and cost.delta_jobs <= 3, json.dumps(cost.descriptions, indent=1)
