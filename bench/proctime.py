@@ -79,9 +79,10 @@ def main(spec: dict[str, Any]) -> None:
     def join_only(raw: Any) -> None:
         probe = parsed(raw)
         if side == "product":
+            snap = delta.snapshot(spec["build_uri"], spark=spark)
             joined = join_as_of(
                 probe,
-                delta.read(spark, spec["build_uri"]),
+                delta.read_files(spark, snap, version=snap.version),
                 probe_key=["k"],
                 build_key=["k"],
                 value_columns=["v"],

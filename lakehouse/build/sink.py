@@ -392,24 +392,8 @@ class BuildSink:
     ) -> BatchReport:
         from pyspark.sql import functions as F
 
-        summary = _summarise(decoded)
-        offsets_rows = (
-            decoded.groupBy("topic", "partition").agg(F.max("offset").alias("o")).collect()
-        )
-        data_ends: Offsets = {}
-        for r in offsets_rows:
-            data_ends.setdefault(r["topic"], {})[str(r["partition"])] = int(r["o"]) + 1
+        summary, data_ends, groups = _summarise(decoded)
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
-        groups = (
-            decoded.filter(F.col("_kind") == "change")
-            .groupBy("_source_table", "_snapshot_phase", "topic", "partition")
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.max("offset").alias("o"),
-                F.unix_millis(F.max("timestamp")).alias("ts"),
-            )
-            .collect()
-        )
 
         kinds: dict[str, int] = {}
         errors_by_kind: dict[str, int] = {}
@@ -454,8 +438,14 @@ class BuildSink:
         dead = rejected[0]
         for extra in rejected[1:]:
             dead = dead.unionByName(extra)
+        # errors counted already (the summary, the signals): no job to look for them
+        known = kinds.get("error", 0) + len(signals.invalid) + sum(p.rejected_count for p in plans)
         dead_result = append_dead_letters(
-            dead, self.dead_letter_uri, app_id=self.pipeline_id, batch_id=batch_id
+            dead,
+            self.dead_letter_uri,
+            app_id=self.pipeline_id,
+            batch_id=batch_id,
+            known_rows=known > 0,
         )
         dead_count = dead_result.rows if dead_result is not None else 0
         failpoint("ingest.after_dead_letters", batch_id)
@@ -927,22 +917,65 @@ class _TargetPlan:
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _summarise(decoded: DataFrame) -> list[Any]:
-    """Per record kind, error kind, source table, phase and column set: count, max time."""
+def _summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]:
+    """One Spark job for everything the driver decides from, returned three ways:
+
+    * per record kind, error kind, source table, phase and column set: count ``n`` and the
+      largest event time ``max_ts`` (the plan of each target);
+    * the end offset of each partition read (``{topic: {partition: next offset}}``);
+    * per source table, phase and partition, of the change records: count ``n``, largest
+      offset ``o`` and largest source timestamp ``ts`` (the snapshot signals).
+    """
     from pyspark.sql import functions as F
 
-    return (
-        decoded.groupBy(
-            "_kind",
-            "_error_kind",
-            "_source_table",
-            "_snapshot_phase",
-            "_row_columns",
-            "_key_columns",
+    shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
+    columns = ("_row_columns", "_key_columns")
+    rows = (
+        decoded.groupBy(*shape, *columns, "topic", "partition")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.max("_event_time_ms").alias("max_ts"),
+            F.max("offset").alias("o"),
+            F.unix_millis(F.max("timestamp")).alias("ts"),
         )
-        .agg(F.count(F.lit(1)).alias("n"), F.max("_event_time_ms").alias("max_ts"))
         .collect()
     )
+    summary: dict[tuple[Any, ...], dict[str, Any]] = {}
+    ends: Offsets = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[c] for c in (*shape, *columns))
+        entry = summary.setdefault(
+            key, {**dict(zip((*shape, *columns), key, strict=True)), "n": 0, "max_ts": None}
+        )
+        entry["n"] += int(r["n"])
+        entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
+        partition = ends.setdefault(r["topic"], {})
+        name = str(r["partition"])
+        partition[name] = max(partition.get(name, 0), int(r["o"]) + 1)
+        if r["_kind"] != "change":
+            continue
+        gkey = (r["_source_table"], r["_snapshot_phase"], r["topic"], r["partition"])
+        group = groups.setdefault(
+            gkey,
+            {
+                "_source_table": gkey[0],
+                "_snapshot_phase": gkey[1],
+                "topic": gkey[2],
+                "partition": gkey[3],
+                "n": 0,
+                "o": None,
+                "ts": None,
+            },
+        )
+        group["n"] += int(r["n"])
+        group["o"] = _max(group["o"], r["o"])
+        group["ts"] = _max(group["ts"], r["ts"])
+    return list(summary.values()), ends, list(groups.values())
+
+
+def _max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _schema_changes(decoded: DataFrame) -> list[dict[str, Any]]:

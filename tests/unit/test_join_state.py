@@ -1,0 +1,222 @@
+"""The join's decisions without Spark (lakehouse.join.state): deciding, recovering, idling."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakehouse.errors import SchemaMismatchError
+from lakehouse.join.build_channel import BuildChannelState
+from lakehouse.join.options import JoinOptions
+from lakehouse.join.state import (
+    JoinState,
+    ReleasePlan,
+    TableCommits,
+    decide,
+    idle,
+    recover,
+    releases_everything,
+)
+from lakehouse.time import Watermark, WatermarkStatus
+
+BUILD = BuildChannelState(
+    version=3,
+    snapshot_complete=True,
+    completed_version=1,
+    event_watermark_ms=90,
+    last_commit_ms=0,
+    key_columns=("k",),
+)
+
+
+def _options(**kw) -> JoinOptions:
+    base = dict(
+        build_uri="b",
+        output_uri="o",
+        pending_uri="p",
+        dead_letter_uri="d",
+        pipeline_id="j",
+        probe_schema="k string, t bigint",
+        probe_key=("k",),
+        probe_time="t",
+    )
+    base.update(kw)
+    return JoinOptions(**base)
+
+
+def _meta(batch: int, state: JoinState | None = None, plan: ReleasePlan | None = None):
+    meta = {"lakehouse.batchId": str(batch), "lakehouse.pipeline": "j"}
+    if state is not None:
+        meta["lakehouse.state"] = state.to_json()
+    if plan is not None:
+        meta["lakehouse.plan"] = plan.to_json()
+    return meta
+
+
+def _plan(batch: int, combined: Watermark = Watermark.MIN) -> ReleasePlan:
+    return ReleasePlan(
+        batch_id=batch,
+        build_version=1,
+        combined=combined,
+        previous=Watermark.MIN,
+        probe=combined,
+        build=combined,
+        build_status=WatermarkStatus.ACTIVE,
+        probe_max_ts_ms=None,
+        decided_at_ms=0,
+    )
+
+
+# ----------------------------------------------------------------------------------- decide
+
+
+def test_processing_time_waits_for_the_marker_then_releases_everything():
+    o = _options(mode="proctime", watermark="none", probe_time=None)
+    loading = replace(BUILD, snapshot_complete=False)
+    before = decide(o, batch_id=0, now_ms=5, state=JoinState(), batch_max_ts_ms=None, build=loading)
+    assert before.combined == Watermark.MIN  # a half-loaded dimension holds everything back
+    after = decide(o, batch_id=1, now_ms=6, state=JoinState(), batch_max_ts_ms=None, build=BUILD)
+    assert after.combined == Watermark.PROCESSING_TIME
+    assert releases_everything(o, after, JoinState())
+    assert not releases_everything(o, after, JoinState(pending_rows=2))
+
+
+def test_an_idle_build_side_lets_the_probe_watermark_through():
+    o = _options(build_idle_timeout_ms=100)
+    quiet = replace(BUILD, event_watermark_ms=10, last_commit_ms=0)
+    plan = decide(o, batch_id=0, now_ms=1_000, state=JoinState(), batch_max_ts_ms=500, build=quiet)
+    assert plan.build_status is WatermarkStatus.IDLE and plan.combined == Watermark(499)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    maxima=st.lists(st.one_of(st.none(), st.integers(-(10**6), 10**6)), min_size=1, max_size=8),
+    builds=st.lists(st.integers(-(10**6), 10**6), min_size=8, max_size=8),
+)
+def test_the_combined_watermark_never_decreases(maxima, builds):
+    # whatever the batches bring and however the build watermark moves, the recorded state
+    # carries the combined watermark forward without going back
+    o = _options(out_of_orderness_ms=3)
+    state = JoinState()
+    for batch, (batch_max, build_wm) in enumerate(zip(maxima, builds, strict=False)):
+        plan = decide(
+            o,
+            batch_id=batch,
+            now_ms=0,
+            state=state,
+            batch_max_ts_ms=batch_max,
+            build=replace(BUILD, event_watermark_ms=build_wm),
+        )
+        assert plan.combined >= state.combined and plan.previous == state.combined
+        assert plan.combined <= plan.probe
+        state = plan.after(pending_rows=0, evicted=0, before=state)
+
+
+# ------------------------------------------------------------------------------------- idle
+
+
+def test_a_batch_without_rows_and_nothing_pending_writes_nothing():
+    plan = _plan(4)
+    assert idle(arrived=0, malformed=0, state=JoinState(), plan=plan, options=_options())
+    assert not idle(arrived=1, malformed=0, state=JoinState(), plan=plan, options=_options())
+    assert not idle(arrived=0, malformed=1, state=JoinState(), plan=plan, options=_options())
+
+
+def test_waiting_rows_are_looked_at_again_only_when_something_moved():
+    plan = _plan(5, Watermark(10))
+    same = JoinState(batch_id=4, combined=Watermark(10), build_version=1, pending_rows=3)
+    assert idle(arrived=0, malformed=0, state=same, plan=plan, options=_options())
+    moved = replace(same, combined=Watermark(9))
+    assert not idle(arrived=0, malformed=0, state=moved, plan=plan, options=_options())
+    new_build = replace(same, build_version=0)
+    assert not idle(arrived=0, malformed=0, state=new_build, plan=plan, options=_options())
+    ttl = _options(pending_ttl_ms=10)
+    assert not idle(arrived=0, malformed=0, state=same, plan=plan, options=ttl)
+    lowered = _options(pending_max_rows=2)
+    assert not idle(arrived=0, malformed=0, state=same, plan=plan, options=lowered)
+
+
+# --------------------------------------------------------------------------------- recover
+
+
+def test_recover_takes_the_newest_state_of_any_table_before_the_batch():
+    pending = TableCommits(
+        uri="p", complete=True, commits=((3, _meta(2, JoinState(batch_id=2, pending_rows=4))),)
+    )
+    output = TableCommits(
+        uri="o", complete=True, commits=((7, _meta(5, JoinState(batch_id=5, pending_rows=0))),)
+    )
+    recovered = recover([pending, output], batch_id=6)
+    assert recovered.state.batch_id == 5 and recovered.plan is None
+    assert recovered.recorded_in == ()
+
+
+def test_a_replay_reuses_the_plan_its_first_attempt_recorded():
+    plan = _plan(6, Watermark(40))
+    dead = TableCommits(uri="d", complete=True, commits=((2, _meta(6, None, plan)),))
+    output = TableCommits(
+        uri="o",
+        complete=True,
+        commits=(
+            (9, _meta(6, JoinState(batch_id=6), plan)),
+            (8, _meta(5, JoinState(batch_id=5, combined=Watermark(30)))),
+        ),
+    )
+    recovered = recover([dead, output], batch_id=6)
+    assert recovered.plan == plan
+    assert set(recovered.recorded_in) == {"d", "o"}
+    assert recovered.state.batch_id == 5 and recovered.state.combined == Watermark(30)
+
+
+def test_a_fresh_join_starts_from_the_initial_state():
+    empty = TableCommits(uri="p", complete=True, commits=())
+    assert recover([empty], batch_id=0).state == JoinState()
+
+
+def test_a_state_that_cannot_be_found_fails_naming_the_table():
+    # the join's commits are there, but only of the replayed batch, and older ones were not read
+    only_replay = TableCommits(
+        uri="out", complete=False, commits=((40, _meta(9, JoinState(batch_id=9))),)
+    )
+    with pytest.raises(SchemaMismatchError, match=r"table 'out'.*version 40.*before batch 9"):
+        recover([only_replay], batch_id=9)
+
+
+def test_states_written_before_the_state_carried_its_batch_id_are_read():
+    old = {
+        "lakehouse.batchId": "3",
+        "lakehouse.pendingRows": "2",
+        "lakehouse.state": '{"combined": {"timestamp": "5", "use_processing_time": "false"}, '
+        '"probeMaxTs": 9, "buildVersion": 1, "evictedTotal": 1}',
+    }
+    state = JoinState.from_metadata(old)
+    assert state == JoinState(
+        batch_id=3,
+        combined=Watermark(5),
+        probe_max_ts_ms=9,
+        build_version=1,
+        pending_rows=2,
+        evicted_total=1,
+    )
+
+
+@given(
+    batch=st.integers(0, 10**6),
+    pending=st.integers(0, 10**6),
+    evicted=st.integers(0, 10**6),
+    ts=st.one_of(st.none(), st.integers(-(2**62), 2**62)),
+)
+def test_state_and_plan_survive_their_commit_metadata(batch, pending, evicted, ts):
+    state = JoinState(
+        batch_id=batch,
+        combined=Watermark(7),
+        probe_max_ts_ms=ts,
+        pending_rows=pending,
+        evicted_total=evicted,
+    )
+    assert JoinState.from_metadata({"lakehouse.state": state.to_json()}) == state
+    plan = replace(_plan(batch, Watermark.PROCESSING_TIME), probe_max_ts_ms=ts)
+    assert ReleasePlan.from_json(plan.to_json()) == plan
