@@ -111,7 +111,12 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
                 records = sink.process(df, batch_id).records
         batches.append((records, time.perf_counter() - t0))
         costs.append(
-            {"jobs": cost.jobs, "delta_jobs": cost.delta_jobs, "log_reads": cost.log_reads}
+            {
+                "jobs": cost.jobs,
+                "delta_jobs": cost.delta_jobs,
+                "log_reads": cost.log_reads,
+                "descriptions": cost.descriptions,
+            }
         )
 
     source = spec["source"]

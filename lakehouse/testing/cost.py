@@ -65,7 +65,11 @@ class BatchCost:
         for job_id in sorted(sc.statusTracker().getJobIdsForGroup(self._group)):
             job = store.job(job_id)
             description = str(job.description())
-            self.descriptions.append(f"{description} | {job.name()}")
+            seconds = ""
+            start, end = job.submissionTime(), job.completionTime()
+            if start.isDefined() and end.isDefined():
+                seconds = f" | {(end.get().getTime() - start.get().getTime()) / 1000:.2f} s"
+            self.descriptions.append(f"{description} | {job.name()}{seconds}")
             if "Delta:" in description:
                 self.delta_jobs += 1
             else:
