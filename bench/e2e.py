@@ -10,7 +10,7 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
     Apache Kafka broker (:mod:`lakehouse.testing.broker`; at most
     :data:`BROKER_PARTITION_MAX` records per partition, the spread of the earlier runs, so
     figures stay comparable) and read through Spark's Kafka source, and ingested by
-    :class:`lakehouse.build.BuildSink` with an ``availableNow`` trigger. The rate is events
+    :class:`lakehouse.dimension.BuildSink` with an ``availableNow`` trigger. The rate is events
     per second of the query's run, from start to termination (the Spark session already up;
     producing to the broker is not timed).
 ``latency``
@@ -83,7 +83,7 @@ def _debezium_events(keys: int, updates: int, seed: int) -> list[tuple[bytes | N
 def ingest(spec: dict[str, Any]) -> dict[str, Any]:
     """CDC events per second from files or from the broker (see the module docstring)."""
     from lakehouse import delta
-    from lakehouse.build import BuildSink, BuildTarget
+    from lakehouse.dimension import BuildSink, BuildTarget
     from lakehouse.sources import read_files_stream, read_kafka_stream
 
     root = Path(spec["root"])
@@ -460,7 +460,7 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
 
     from pyspark.sql.types import StructType
 
-    from lakehouse.build import BuildSink, BuildTarget
+    from lakehouse.dimension import BuildSink, BuildTarget
     from lakehouse.join import JoinOptions, TemporalJoin
     from lakehouse.sources.schema import RAW_SCHEMA_DDL
     from lakehouse.testing.cost import BatchCost

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -219,7 +219,7 @@ def join_as_of(
     Args:
         released: probe rows; must have :data:`PROBE_TIME_US` (event time in µs) unless
             ``latest``.
-        build: the build table at the pinned version (layout of :mod:`lakehouse.build`).
+        build: the build table at the pinned version (layout of :mod:`lakehouse.dimension`).
         probe_key, build_key: key columns, paired in order; probe keys are cast to the build
             key types before hashing and comparing.
         value_columns: build columns to carry into the output.

@@ -1,6 +1,6 @@
 """Delta tables and raw probe batches for the streaming measurements (2 and 3).
 
-The build table is the project's own layout (:mod:`lakehouse.build.layout`), written through
+The build table is the project's own layout (:mod:`lakehouse.dimension.layout`), written through
 :mod:`lakehouse.delta` with the commit metadata and snapshot marker the CDC sink writes, so
 the operator reads it exactly as it reads a table the ingest produced. Raw probe batches are
 parquet files in the sources' raw schema (:mod:`lakehouse.sources.schema`) whose ``value`` is
@@ -45,8 +45,8 @@ def write_build_table(
     marker is set after it.
     """
     from lakehouse import delta
-    from lakehouse.build import layout as L
-    from lakehouse.build.marker import set_marker
+    from lakehouse.dimension import layout as L
+    from lakehouse.dimension.marker import set_marker
 
     table = build_table(w)
     if latest_only:

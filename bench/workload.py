@@ -5,7 +5,7 @@ Every engine reads the same two files, so every engine joins the same rows:
 ``build.parquet`` (``keys x versions`` rows, in key order, each key's versions in time order)
     ``k`` bigint (the key), ``t`` bigint (version start, epoch ms), ``v`` bigint (the
     value, unique per row so a wrong match changes the checksum), plus the build-table
-    layout the project reads (:mod:`lakehouse.build.layout`): ``_op`` (``r`` for the first
+    layout the project reads (:mod:`lakehouse.dimension.layout`): ``_op`` (``r`` for the first
     version of a key, ``u`` after), ``_seq`` (zero-padded global row number, so it grows
     with time within a key and orders equal starts), ``_event_time`` (``t`` as a UTC timestamp).
 ``probe.parquet`` (``probe_rows`` rows, in arrival order, i.e. unsorted)

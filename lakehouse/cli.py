@@ -67,7 +67,7 @@ def _with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
     def notify(report: Any) -> None:
         on_batch(report)
         from lakehouse import delta
-        from lakehouse.build.schema_block import open_block
+        from lakehouse.dimension.schema_block import open_block
 
         if not delta.table_exists(build_table):
             return
@@ -330,7 +330,7 @@ def status(
 ) -> None:
     """Show a table's marker, versions, watermark, backlog and recent batches."""
     from lakehouse import delta
-    from lakehouse.build import layout as L
+    from lakehouse.dimension import layout as L
     from lakehouse.progress import describe_watermark
 
     version = delta.latest_version(table)
@@ -417,8 +417,8 @@ def _schema_rows(summary: Table, table: str, props: dict[str, str], history: lis
     last Debezium schema change (DDL) recorded."""
     import json
 
-    from lakehouse.build import layout as L
-    from lakehouse.build.schema_block import blocked_total, last_resolved, open_block
+    from lakehouse.dimension import layout as L
+    from lakehouse.dimension.schema_block import blocked_total, last_resolved, open_block
 
     block = open_block(props)
     if block is not None:
@@ -738,8 +738,8 @@ def vacuum_command(
     """Delete files old versions no longer need, keeping readable every build version the
     outputs' _build_version still references. Dry run unless --apply."""
     from lakehouse import delta
-    from lakehouse.build import layout as L
     from lakehouse.config import load_settings
+    from lakehouse.dimension import layout as L
     from lakehouse.maintenance import vacuum_table
 
     settings = load_settings(config)
@@ -800,7 +800,7 @@ def snapshot_status(table: Annotated[str, typer.Argument(help="Build table locat
     """Show a build table's snapshot state (loading, complete, re-snapshot), the signal that
     set the marker and when, pending signals and what they wait for, and any alert
     (ABORTED or SKIPPED snapshots)."""
-    from lakehouse.build import snapshot_status as read_status
+    from lakehouse.dimension import snapshot_status as read_status
 
     status = read_status(table)
     out = Table(
@@ -823,7 +823,7 @@ def snapshot_complete(
 ) -> None:
     """Operator override: mark a build table's snapshot complete (for sources that cannot
     signal it), or end a re-snapshot. Recorded in the table's history with the reason."""
-    from lakehouse.build import operator_complete
+    from lakehouse.dimension import operator_complete
 
     version = operator_complete(table, reason=reason)
     if version is None:
@@ -851,8 +851,8 @@ def schema_resolve(
 ) -> None:
     """Resolve a build table's schema block (stop the ingest first): replay the records the
     block held back that fit the table, and clear the block. See README, "Schema drift"."""
-    from lakehouse.build.schema_block import resolve
     from lakehouse.config import load_settings
+    from lakehouse.dimension.schema_block import resolve
 
     settings = load_settings(config)
     if dead_letter_table is None and settings.ingest is not None:

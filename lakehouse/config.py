@@ -117,9 +117,9 @@ class StreamConfig(_Model):
 
 
 class IngestTableConfig(_Model):
-    """One build table fed by the ingest (see :class:`lakehouse.build.BuildTarget`).
+    """One build table fed by the ingest (see :class:`lakehouse.dimension.BuildTarget`).
 
-    The snapshot settings (see :class:`lakehouse.build.SnapshotOptions`):
+    The snapshot settings (see :class:`lakehouse.dimension.SnapshotOptions`):
     ``notification_topic`` (Debezium's ``notification.sink.topic.name``) and
     ``heartbeat_topic`` (``__debezium-heartbeat.<topic.prefix>``) are read in the same stream
     as the data topics; ``snapshot_signals`` lists the signals that may set the marker (a

@@ -9,7 +9,7 @@ from rich.console import Console
 from lakehouse.time import WATERMARK_MIN, Watermark, format_epoch_ms
 
 if TYPE_CHECKING:
-    from lakehouse.build import BatchReport
+    from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport
 
 

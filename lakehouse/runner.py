@@ -1,6 +1,6 @@
 """Compose sources, sinks and triggers into running streaming queries.
 
-This module only composes: the decisions live in :mod:`lakehouse.build` and
+This module only composes: the decisions live in :mod:`lakehouse.dimension` and
 :mod:`lakehouse.join`. It is what ``lakehouse ingest``/``lakehouse join`` and the job entry
 points in ``pipelines/`` call. A query that reads Kafka is checked before it starts
 (:func:`check_kafka_stream`) and supervised while it runs (:class:`SupervisedQuery`: broker
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from lakehouse.build import BatchReport
+    from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport
     from lakehouse.sources import KafkaSourceOptions
     from lakehouse.time import Clock
@@ -99,7 +99,7 @@ def kafka_stream(cfg: StreamConfig, kafka: KafkaConfig) -> KafkaSourceOptions:
 def kafka_source_options(kafka: KafkaConfig) -> dict[str, str]:
     """The Kafka source options of the ``[kafka]`` settings: the librdkafka settings with the
     ``kafka.`` prefix and the properties file (:mod:`lakehouse.sources.kafka` translates them
-    for Spark's source; :mod:`lakehouse.build.signals` reads watermarks with them)."""
+    for Spark's source; :mod:`lakehouse.dimension.signals` reads watermarks with them)."""
     options = {f"kafka.{k}": v for k, v in kafka.options.items()}
     if kafka.config_file:
         options["kafka.config.file"] = kafka.config_file
@@ -469,10 +469,10 @@ def start_ingest(
     The tables' notification and heartbeat topics are read in the same stream as the data
     topics (they must exist when the query starts). With a Kafka source the sink also gets a
     probe of the data topics' high watermarks and the query's offsets log, so a snapshot
-    signal covers every record produced before it (see :mod:`lakehouse.build.signals`).
+    signal covers every record produced before it (see :mod:`lakehouse.dimension.signals`).
     """
-    from lakehouse.build import BuildSink, BuildTarget, SnapshotOptions
-    from lakehouse.build.signals import checkpoint_offsets_reader, kafka_offsets_probe
+    from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions
+    from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
 
     cfg: IngestConfig | None = settings.ingest
     if cfg is None:

@@ -448,7 +448,7 @@ class Soak:
 
     def _ingest_caught_up(self, ends: dict[int, int]) -> bool:
         from lakehouse import delta
-        from lakehouse.build import layout as L
+        from lakehouse.dimension import layout as L
 
         if not delta.table_exists(self.tables["build"]):
             return False

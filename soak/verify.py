@@ -112,7 +112,7 @@ def _verify_build(
     from pyspark.sql import functions as F
 
     from lakehouse import delta
-    from lakehouse.build import layout as L
+    from lakehouse.dimension import layout as L
 
     rows = (
         delta.read(spark, tables["build"])
@@ -398,7 +398,7 @@ def _check_proctime(
     result: Verification,
 ) -> None:
     from lakehouse import delta
-    from lakehouse.build import layout as L
+    from lakehouse.dimension import layout as L
 
     # what each build table version had consumed of the CDC topic: the running maximum of
     # the end offsets its data commits record

@@ -71,8 +71,8 @@ def write_build_table(
     from pyspark.sql.types import StructType
 
     from lakehouse import delta
-    from lakehouse.build import layout as L
-    from lakehouse.build.marker import set_marker
+    from lakehouse.dimension import layout as L
+    from lakehouse.dimension.marker import set_marker
 
     schema = StructType.fromDDL(
         f"{key} string, value bigint, _op string, _event_time timestamp, _seq string, "

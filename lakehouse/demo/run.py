@@ -409,7 +409,7 @@ def _finish(
     started: float,
 ) -> int:
     from lakehouse import delta
-    from lakehouse.build import layout as L
+    from lakehouse.dimension import layout as L
     from lakehouse.quality import run_quality_report
 
     reports = {}

@@ -62,7 +62,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,7 +160,7 @@ def join_as_of(
     Args:
         released: probe rows; must have :data:`PROBE_TIME_US` (event time in µs) unless
             ``latest``.
-        build: the build table at the pinned version (layout of :mod:`lakehouse.build`).
+        build: the build table at the pinned version (layout of :mod:`lakehouse.dimension`).
         probe_key, build_key: key columns, paired in order; probe keys are cast to the build
             key types before hashing and comparing.
         value_columns: build columns to carry into the output.

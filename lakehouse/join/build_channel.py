@@ -17,7 +17,7 @@ would otherwise let probe rows through against a half-loaded dimension.
 Everything is read at the same pinned version, so the watermark never speaks for data the
 join does not see.
 
-**Re-snapshots** (:mod:`lakehouse.build.marker`). While the table re-reads its source after
+**Re-snapshots** (:mod:`lakehouse.dimension.marker`). While the table re-reads its source after
 the marker was set (``lakehouse.snapshot.state = resnapshot``), its latest version is half
 re-read. The channel then stands at ``lakehouse.snapshot.lastCompleteVersion`` — the last
 version before the re-read started, which is complete — instead: the join pins and reads
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from lakehouse import delta
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.time import WATERMARK_MIN, Watermark, WatermarkStatus
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 from lakehouse.join import layout as J
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
-from lakehouse.build import layout as L
-from lakehouse.build.marker import last_max_event_time, last_watermark
 from lakehouse.delta.maintenance import delete_rows
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.marker import last_max_event_time, last_watermark
 from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.time import WATERMARK_MIN, Watermark
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.delta.maintenance import oldest_readable_version, vacuum
+from lakehouse.dimension import layout as L
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

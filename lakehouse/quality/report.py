@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from lakehouse import delta
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError, TableNotFoundError
 from lakehouse.quality import _ledger
 from lakehouse.quality._gx import (

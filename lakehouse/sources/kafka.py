@@ -411,7 +411,7 @@ class KafkaOffsetsReader:
                 metadata.close()
 
 
-#: The name :mod:`lakehouse.build.signals` imports (the reader of the Python data source that
+#: The name :mod:`lakehouse.dimension.signals` imports (the reader of the Python data source that
 #: Spark's source replaced had the same ``initialOffset``/``stop`` methods).
 KafkaStreamReader = KafkaOffsetsReader
 

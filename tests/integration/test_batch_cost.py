@@ -14,7 +14,7 @@ import json
 import pytest
 from helpers import raw_records
 
-from lakehouse.build import BuildSink, BuildTarget
+from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.testing.cost import BatchCost
 from lakehouse.testing.debezium import DebeziumTable

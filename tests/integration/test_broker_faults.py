@@ -27,8 +27,8 @@ from helpers import assert_rows_equal
 from pyspark.errors import StreamingQueryException
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.config import KafkaConfig, load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.errors import BrokerUnavailableError, SourceError
 from lakehouse.runner import SupervisedQuery, check_kafka_stream, start_ingest
 from lakehouse.sources import kafka_stream_options

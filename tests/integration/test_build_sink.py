@@ -11,9 +11,9 @@ from helpers import assert_rows_equal
 from pyspark.sql.types import StructType
 
 from lakehouse import delta
-from lakehouse.build import BuildSink, BuildTarget
-from lakehouse.build import layout as L
-from lakehouse.build.decode import decode_raw
+from lakehouse.dimension import BuildSink, BuildTarget
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.decode import decode_raw
 from lakehouse.errors import ConfigError
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
 from lakehouse.testing import DebeziumTable
@@ -157,7 +157,7 @@ def test_replayed_batch_is_a_no_op(spark, tmp_path):
 
 def test_crash_between_data_and_marker_commit_is_healed_on_restart(spark, tmp_path, monkeypatch):
     snap, _ = _rates()
-    import lakehouse.build.sink as sink_module
+    import lakehouse.dimension.sink as sink_module
 
     def crash(*args, **kwargs):
         raise RuntimeError("killed after the data commit")

@@ -25,9 +25,9 @@ from pyspark.sql.types import StructType
 from reference import Version, as_of
 
 from lakehouse import delta
-from lakehouse.build import BuildSink, BuildTarget
-from lakehouse.build import layout as L
 from lakehouse.delta.maintenance import files_at
+from lakehouse.dimension import BuildSink, BuildTarget
+from lakehouse.dimension import layout as L
 from lakehouse.errors import ConcurrentCommitError
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.maintenance import compact, compacted, vacuum_table

@@ -20,8 +20,8 @@ from helpers import assert_rows_equal, write_build_table
 from reference import Version
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.runner import start_ingest, start_join
 from lakehouse.testing import DebeziumTable
 

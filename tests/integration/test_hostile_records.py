@@ -16,7 +16,7 @@ from conftest import FIXTURES
 from pyspark.sql.types import StructType
 
 from lakehouse import delta
-from lakehouse.build import BuildSink, BuildTarget
+from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
 
 pytestmark = pytest.mark.spark

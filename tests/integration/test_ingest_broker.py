@@ -8,8 +8,8 @@ import zlib
 import pytest
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.runner import start_ingest
 from lakehouse.sources.kafka_admin import create_topic, produce
 from lakehouse.testing import DebeziumTable

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from reference import ProbeRow, Version, as_of
 
 from lakehouse import delta
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.join.asof import (
     NARROW_MAX_BUILD_ROWS_CONF,

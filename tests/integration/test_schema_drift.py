@@ -17,10 +17,10 @@ from pyspark.sql.types import StructType
 from typer.testing import CliRunner
 
 from lakehouse import delta
-from lakehouse.build import BuildSink, BuildTarget
-from lakehouse.build import layout as L
-from lakehouse.build.schema_block import open_block, resolve
 from lakehouse.cli import app
+from lakehouse.dimension import BuildSink, BuildTarget
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.schema_block import open_block, resolve
 from lakehouse.errors import ConfigError
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
@@ -273,7 +273,7 @@ def test_incompatible_type_change_blocks_the_table_until_resolved(spark, tmp_pat
 
 
 def test_replay_of_the_blocking_batch_decides_the_same(spark, tmp_path, monkeypatch):
-    import lakehouse.build.sink as sink_module
+    import lakehouse.dimension.sink as sink_module
 
     uri = str(tmp_path / "build")
     t = DebeziumTable("public", "rates", key="currency", start_ms=START)

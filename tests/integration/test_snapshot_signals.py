@@ -17,10 +17,10 @@ from pyspark.sql.types import StructType
 from typer.testing import CliRunner
 
 from lakehouse import delta
-from lakehouse.build import BuildSink, BuildTarget, SnapshotOptions
-from lakehouse.build import layout as L
-from lakehouse.build.marker import complete_at
 from lakehouse.cli import app
+from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.marker import complete_at
 from lakehouse.join import JoinOptions, TemporalJoin, read_build_channel
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
 from lakehouse.testing import DebeziumTable
@@ -239,7 +239,7 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
 def test_crash_between_data_and_marker_heals_with_the_signal_and_its_offsets(
     spark, tmp_path, monkeypatch
 ):
-    import lakehouse.build.sink as sink_module
+    import lakehouse.dimension.sink as sink_module
 
     t, s = _rates(), Stream()
     rows = t.snapshot([{"currency": c, "rate": "1"} for c in "AB"])

@@ -13,9 +13,9 @@ import json
 import pytest
 
 from lakehouse import delta
-from lakehouse.build import layout as L
-from lakehouse.build.signals import checkpoint_offsets_reader, kafka_offsets_probe
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
 from lakehouse.runner import start_ingest
 from lakehouse.sources.kafka_admin import create_topic, produce
 from lakehouse.testing import DebeziumTable

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.runner import start_ingest, start_join
 from lakehouse.testing import DebeziumTable
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.errors import WriterLeaseError
 from lakehouse.lease import read_lease
 from lakehouse.runner import start_join

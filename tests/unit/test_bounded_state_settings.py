@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lakehouse import delta
-from lakehouse.build import layout as L
 from lakehouse.cli import _duration_ms, _time_ms, main
 from lakehouse.config import load_settings
+from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 from lakehouse.join import JoinOptions
 

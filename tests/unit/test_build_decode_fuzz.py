@@ -1,7 +1,7 @@
 """Fuzzing the decoder exactly as the ingest runs it inside a micro-batch.
 
 The ingest decodes records in Spark's Python workers with the ``mapInArrow`` function of
-:mod:`lakehouse.build.decode`: Arrow record batches of raw records in, one decoded row per
+:mod:`lakehouse.dimension.decode`: Arrow record batches of raw records in, one decoded row per
 record out. These tests drive that same function with Arrow batches (no Spark needed) of
 mutated real Debezium fixtures, random bytes and pathological records (oversized values,
 deep nesting, huge strings, NaN/Infinity, wrong encodings), and check the contract the
@@ -27,8 +27,8 @@ from helpers import json_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakehouse.build.decode import _decode_batches, decode_record
 from lakehouse.cdc import DECODE_ERROR_KINDS
+from lakehouse.dimension.decode import _decode_batches, decode_record
 
 FIXTURE_BYTES = {p.name: p.read_bytes() for p in sorted((FIXTURES / "debezium").glob("*.json"))}
 KINDS = {"change", "tombstone", "transaction", "schema_change", "error"}

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from reference import Version, as_of
 
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.join.asof import NarrowBuild, _read_files, _WorkerIndexes
 
 SCHEMA = pa.schema(

@@ -1,4 +1,4 @@
-"""The snapshot-signal decision (lakehouse.build.signals) on recorded message sequences.
+"""The snapshot-signal decision (lakehouse.dimension.signals) on recorded message sequences.
 
 Pure Python: each scenario is the per-batch evidence a Debezium stream gives one build table
 (its rows grouped by topic-partition and ``source.snapshot``, the notifications and heartbeats
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lakehouse.build.signals import (
+from lakehouse.dimension.signals import (
     BatchEvidence,
     Decision,
     Heartbeat,

@@ -3,7 +3,7 @@
 This module is the decision core of the marker (pure Python, no Spark): the sink feeds it,
 per build table and micro-batch, what the batch holds — the table's change rows grouped by
 topic-partition and snapshot phase, the Debezium notifications and heartbeats — and gets back
-a :class:`Decision`. :mod:`lakehouse.build.marker` writes the result; the state between
+a :class:`Decision`. :mod:`lakehouse.dimension.marker` writes the result; the state between
 batches is a :class:`SignalState` in the commit metadata of each data commit
 (``lakehouse.snapshotState``), so replays and restarts decide the same way.
 
@@ -55,7 +55,7 @@ when non-incremental snapshot rows of the table arrive after the marker (a conne
 restarted with a snapshot mode that re-reads, a blocking snapshot); after an operator's
 override, snapshot rows whose Kafka timestamp is not after the override are stragglers of the
 snapshot the operator completed, not a re-snapshot. ``resnapshot`` → ``complete`` when a
-signal fires again (see :mod:`lakehouse.build.marker`). Incremental-snapshot rows
+signal fires again (see :mod:`lakehouse.dimension.marker`). Incremental-snapshot rows
 (``"incremental"``) are ordinary versions: they never start, end or signal anything.
 
 Example: a snapshot whose end arrives in the second batch.

@@ -53,8 +53,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse import delta
-from lakehouse.build import layout as L
-from lakehouse.build.signals import (
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.signals import (
     Offsets,
     Phase,
     SignalState,

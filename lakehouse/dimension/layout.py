@@ -61,7 +61,7 @@ PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
 PROP_EVENT_TIME: Final = "lakehouse.eventTime"
 PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
 PROP_TABLE_KIND: Final = "lakehouse.tableKind"
-#: JSON of the open schema block (:mod:`lakehouse.build.schema_block`); empty when none.
+#: JSON of the open schema block (:mod:`lakehouse.dimension.schema_block`); empty when none.
 PROP_SCHEMA_BLOCK: Final = "lakehouse.schema.block"
 #: JSON of the last resolved block, with the operator's reason and what the replay did.
 PROP_SCHEMA_LAST_RESOLVED: Final = "lakehouse.schema.lastResolved"

@@ -61,7 +61,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
-from lakehouse.build import layout as L
+from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def set_block(uri: str, block: SchemaBlock) -> int:
 
 def blocked_total(uri: str) -> int:
     """Records dead-lettered because of the open block, as the last data commit counted."""
-    from lakehouse.build.marker import last_metadata
+    from lakehouse.dimension.marker import last_metadata
 
     value = last_metadata(uri, L.META_SCHEMA_BLOCKED_TOTAL)
     return int(value) if value else 0
@@ -329,8 +329,8 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     """Decode the block's dead letters again and plan them against the table as it is."""
     from pyspark.sql import functions as F
 
-    from lakehouse.build.decode import decode_raw
-    from lakehouse.build.sink import BuildTarget, _plan_target, _summarise
+    from lakehouse.dimension.decode import decode_raw
+    from lakehouse.dimension.sink import BuildTarget, _plan_target, _summarise
 
     props = delta.get_properties(uri)
     dead = delta.read(spark, dlq).filter(
@@ -387,7 +387,7 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
 
 
 def _append_replay(uri: str, plan: _Replay, block: SchemaBlock, reason: str) -> int:
-    from lakehouse.build.marker import last_max_event_time, last_watermark
+    from lakehouse.dimension.marker import last_max_event_time, last_watermark
 
     assert plan.rows is not None
     previous = delta.transaction_version(uri, RESOLVE_APP_ID)

@@ -2,7 +2,7 @@
 
 :class:`BuildSink` is a ``foreachBatch`` function. For each micro-batch it:
 
-1. decodes the raw records on the executors (:mod:`lakehouse.build.decode`);
+1. decodes the raw records on the executors (:mod:`lakehouse.dimension.decode`);
 2. collects a small summary to the driver: record kinds, per source table the column sets,
    key columns, snapshot phases and event-time range, and the batch's end offsets;
 3. routes change events to their build table (one target per source table, or one target
@@ -21,14 +21,14 @@ when a replayed batch finds its data already committed), from the ``lakehouse.sn
 key the data commit carries. The signal bookkeeping of each batch (pending signals, consumed
 offsets) is in its data commit, so a replay decides as the first attempt did.
 
-When is the snapshot over (for one target)? :mod:`lakehouse.build.signals` decides, from
+When is the snapshot over (for one target)? :mod:`lakehouse.dimension.signals` decides, from
 the strongest signal configured (Debezium notifications, heartbeats, the table's ``last`` /
 ``last_in_data_collection`` record, its first log-phase record); a signal covers the data
 offsets at the moment it was seen and sets the marker only once the committed offsets reach
 them. Records of the signal topics (``notification_topic``, ``heartbeat_topic``) are read in
 the same stream, never decoded as change events, and never written to a build table; an
 unreadable one is dead-lettered (``invalid_signal``). A re-snapshot clears the marker before
-its first rows are committed (see :mod:`lakehouse.build.marker`). Incremental-snapshot
+its first rows are committed (see :mod:`lakehouse.dimension.marker`). Incremental-snapshot
 records (``incremental``) are ordinary versions and never signal anything.
 """
 
@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
-from lakehouse.build import layout as L
-from lakehouse.build.decode import decode_raw
-from lakehouse.build.marker import (
+from lakehouse.dead_letter import append_dead_letters, to_dead_letters
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.decode import decode_raw
+from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
     iso_to_ms,
@@ -57,7 +58,7 @@ from lakehouse.build.marker import (
     set_marker,
     start_resnapshot,
 )
-from lakehouse.build.schema_block import (
+from lakehouse.dimension.schema_block import (
     SchemaBlock,
     blocked_total,
     fits,
@@ -65,7 +66,7 @@ from lakehouse.build.schema_block import (
     open_block,
     set_block,
 )
-from lakehouse.build.signals import (
+from lakehouse.dimension.signals import (
     BatchEvidence,
     Decision,
     Heartbeat,
@@ -80,7 +81,6 @@ from lakehouse.build.signals import (
     parse_heartbeat,
     parse_notification,
 )
-from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.errors import ConfigError
 from lakehouse.failpoints import failpoint
 from lakehouse.time import WATERMARK_MIN
@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-log = logging.getLogger("lakehouse.build")
+log = logging.getLogger("lakehouse.dimension")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class BuildTarget:
             the version's start; None uses ``source.ts_ms``.
         out_of_orderness_ms: the build watermark trails the max committed event time by this.
         snapshot: which signals end the table's snapshot phase, and re-snapshot handling
-            (:class:`~lakehouse.build.signals.SnapshotOptions`).
+            (:class:`~lakehouse.dimension.signals.SnapshotOptions`).
     """
 
     table_uri: str
@@ -812,7 +812,7 @@ def _synthetic_deletes(
     does not hold, or in this batch. Each ghost gets a delete at the re-snapshot's newest
     event time (never before its own latest version; ``_seq`` extends the version's so the
     delete sorts after it), with NULL value columns and ``_kafka_topic``
-    :data:`~lakehouse.build.layout.SYNTHETIC_DELETE_TOPIC`. Reads the whole table once (a
+    :data:`~lakehouse.dimension.layout.SYNTHETIC_DELETE_TOPIC`. Reads the whole table once (a
     re-snapshot is rare). None when the table has no key or no last complete version.
     """
     from pyspark.sql import SparkSession, Window
