@@ -16,11 +16,11 @@ for name in "$@"; do
   mkdir -p .jvm
   rm -rf "$out.tmp"
   # -o first: a machine that already has the artifacts in ~/.m2 needs no network
-  if ! mvn -B -q -o -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+  if ! mvn -B -q -o -Dstyle.color=never -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
         -DoutputDirectory="$PWD/$out.tmp" >"$log" 2>&1 \
-     && ! mvn -B -q -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+     && ! mvn -B -q -Dstyle.color=never -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
         -DoutputDirectory="$PWD/$out.tmp" >"$log" 2>&1; then
-    cause=$(grep -m1 -E "Could not (resolve|transfer)|UnknownHost|Connection|ERROR" "$log" | sed 's/^\[ERROR\] *//' | cut -c1-240)
+    cause=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -m1 -E "Could not (resolve|transfer)|UnknownHost|Connection|ERROR" | sed 's/^\[ERROR\] *//' | cut -c1-240)
     echo "error: Maven could not fetch the JVM artifacts of $pom: ${cause:-see $log}" >&2
     echo "fix: check that this machine reaches Maven Central (https://repo.maven.apache.org) or a mirror set in ~/.m2/settings.xml, then run make again; the full log is $log." >&2
     rm -rf "$out.tmp"
