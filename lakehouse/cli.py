@@ -670,7 +670,12 @@ def compact_command(
     )
     j = settings.join
     if j is not None and j.mode == "rowtime" and _same_table(j.build_table, table) and not force:
-        wm = join_watermark(j.pending_table)
+        wm = join_watermark(
+            output_uri=j.output_table,
+            pending_uri=j.pending_table,
+            dead_letter_uri=j.dead_letter_table,
+            pipeline_id=j.pipeline_id,
+        )
         if wm is None or (
             not wm.use_processing_time
             and (wm.timestamp == WATERMARK_MIN or wm.timestamp < horizon_ms)

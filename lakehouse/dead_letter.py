@@ -34,20 +34,12 @@ from lakehouse import delta
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
 
 DEAD_LETTER_DDL: Final = (
     "_raw_key binary, _raw_value binary, _topic string, _partition int, _offset bigint, "
     "_source_timestamp timestamp, _error_kind string, _error string, _pipeline string, "
     "_batch_id bigint, _dead_lettered_at timestamp"
 )
-
-
-def dead_letter_schema() -> StructType:
-    """The dead-letter table's Spark schema."""
-    from pyspark.sql.types import StructType
-
-    return StructType.fromDDL(DEAD_LETTER_DDL)
 
 
 def to_dead_letters(

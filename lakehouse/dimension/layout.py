@@ -95,5 +95,3 @@ SYNTHETIC_DELETE_TOPIC: Final = "__lakehouse.resnapshot__"
 SNAPSHOT_PHASES: Final = frozenset(
     {"true", "first", "first_in_data_collection", "last_in_data_collection", "last"}
 )
-#: Phases whose record is the last snapshot record of its table.
-SNAPSHOT_END_PHASES: Final = frozenset({"last", "last_in_data_collection"})

@@ -600,6 +600,17 @@ class TemporalJoin:
         )
 
 
+def last_state(
+    *, output_uri: str, pending_uri: str, dead_letter_uri: str | None, pipeline_id: str
+) -> JoinState | None:
+    """The state a join recorded after its newest batch (None: no batch yet), from the newest
+    commit of the pipeline in any of its tables (for status, compaction, the soak verifier)."""
+    uris = [u for u in (pending_uri, output_uri, dead_letter_uri) if u]
+    tables = [_commits_of(delta.snapshot(uri), pipeline_id, 2**62) for uri in uris]
+    state = recover(tables, batch_id=2**62).state
+    return None if state.batch_id is None else state
+
+
 def _commits_of(snap: delta.TableSnapshot, pipeline: str, batch_id: int) -> TableCommits:
     """The pipeline's commits among the table's last :data:`RECOVERY_WINDOW`, newest first,
     read only as far as the first that records the state of a batch before ``batch_id``."""
@@ -620,4 +631,4 @@ def _since(started: float) -> float:
     return time.monotonic() - started
 
 
-__all__: list[Any] = ["JoinBatchReport", "ReleasePlan", "TemporalJoin"]
+__all__: list[Any] = ["JoinBatchReport", "ReleasePlan", "TemporalJoin", "last_state"]

@@ -172,11 +172,20 @@ def horizon_from_retention(uri: str, retention_ms: int) -> int:
     return reference - retention_ms
 
 
-def join_watermark(pending_uri: str) -> Watermark | None:
+def join_watermark(
+    *, output_uri: str, pending_uri: str, dead_letter_uri: str | None, pipeline_id: str
+) -> Watermark | None:
     """The combined watermark a join recorded after its last batch (None: no batch yet).
     Rows it has yet to release are after it (except late rows)."""
-    if not delta.table_exists(pending_uri):
-        return None
+    from lakehouse.join.operator import last_state
+
+    state = last_state(
+        output_uri=output_uri,
+        pending_uri=pending_uri,
+        dead_letter_uri=dead_letter_uri,
+        pipeline_id=pipeline_id,
+    )
+    return None if state is None else state.combined
     for entry in delta.history(pending_uri, limit=8):
         text = entry.metadata.get("lakehouse.state")
         if text:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from lakehouse import delta
 from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError, TableNotFoundError
+from lakehouse.join import layout as J
 from lakehouse.quality import _ledger
 from lakehouse.quality._gx import (
     DOCS_DIR,
@@ -92,13 +93,14 @@ CHECKS: Final[Mapping[CheckName, str]] = MappingProxyType(
 SUMMARY_FILE: Final = "summary.json"
 PLOT_FILE: Final = "watermarks.png"
 
-# Join lineage columns the checks read (lakehouse.join.operator).
-_MATCHED = "_matched"
-_BUILD_VERSION = "_build_version"
-_JOIN_MODE = "_join_mode"
-_BATCH_ID = "_batch_id"
-_ARRIVED_AT = "_arrived_at"
-_ARRIVAL_BATCH = "_arrival_batch"
+# Join lineage columns the checks read (lakehouse.join.layout).
+_MATCHED = J.MATCHED
+_BUILD_VERSION = J.BUILD_VERSION
+_JOIN_MODE = J.JOIN_MODE
+_BATCH_ID = J.BATCH_ID
+_ARRIVED_AT = J.ARRIVED_AT
+_ARRIVAL_BATCH = J.ARRIVAL_BATCH
+#: Computed by the report: how long a pending row has waited.
 _PENDING_AGE = "_pending_age_ms"
 
 
