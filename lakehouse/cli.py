@@ -248,6 +248,12 @@ def join(
     on_pending_bound: Annotated[
         str | None, typer.Option(help="Rows over the bound: dead-letter or fail.")
     ] = None,
+    probe_time_unit: Annotated[
+        str | None, typer.Option(help="Unit of epoch numbers in the probe time: s, ms or us.")
+    ] = None,
+    max_future_ms: Annotated[
+        int | None, typer.Option(help="Dead-letter probe times this far past the wall clock.")
+    ] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Spark checkpoint location.")] = None,
     trigger: Annotated[
         str | None, typer.Option(help="available-now, processing-time or once.")
@@ -291,6 +297,8 @@ def join(
         pending_max_rows=pending_max_rows,
         pending_max_age_ms=pending_max_age_ms,
         on_pending_bound=on_pending_bound,
+        probe_time_unit=probe_time_unit,
+        max_future_ms=max_future_ms,
         checkpoint=checkpoint,
         trigger=trigger,
         interval=interval,
@@ -1015,24 +1023,9 @@ def _lakehouse_cause(e: BaseException) -> str | None:
     if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
         e.show()
         sys.exit(e.exit_code)
-    text = str(e)
-    for name in (
-        "ConfigError",
-        "SchemaMismatchError",
-        "UnsupportedTableError",
-        "SourceError",
-        "TableNotFoundError",
-        "WatermarkError",
-        "WriterLeaseError",
-        "BrokerUnavailableError",
-        "PendingBoundError",
-        "ConcurrentCommitError",
-        "LakehouseError",
-    ):
-        marker = f"lakehouse.errors.{name}: "
-        if marker in text:
-            return text.split(marker, 1)[1].splitlines()[0]
-    return None
+    # any lakehouse error class, as the Python worker's traceback names it
+    found = re.search(r"lakehouse\.errors\.[A-Za-z]+Error: (.*)", str(e))
+    return found.group(1) if found else None
 
 
 if __name__ == "__main__":

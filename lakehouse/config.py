@@ -125,7 +125,8 @@ class IngestTableConfig(_Model):
     as the data topics; ``snapshot_signals`` lists the signals that may set the marker (a
     topic signal without its topic is inactive); ``resnapshot_join`` says what joins read
     during a re-snapshot; ``resnapshot_deletes`` ends, at the end of a re-snapshot, the keys
-    it did not re-read.
+    it did not re-read, and ``resnapshot_max_ended`` is the largest share of the live keys it
+    may end before the ingest stops instead.
     """
 
     table: str
@@ -140,6 +141,8 @@ class IngestTableConfig(_Model):
     )
     resnapshot_join: Literal["last-complete", "latest"] = "last-complete"
     resnapshot_deletes: bool = True
+    resnapshot_max_ended: float = Field(default=0.5, ge=0, le=1)
+    max_future_ms: int | None = Field(default=86_400_000, gt=0)
 
 
 class IngestConfig(StreamConfig):
@@ -180,6 +183,8 @@ class JoinConfig(StreamConfig):
     pending_max_rows: int | None = Field(default=None, gt=0)
     pending_max_age_ms: int | None = Field(default=None, gt=0)
     on_pending_bound: Literal["dead-letter", "fail"] = "dead-letter"
+    probe_time_unit: Literal["s", "ms", "us"] = "ms"
+    max_future_ms: int | None = Field(default=86_400_000, gt=0)
 
 
 class QualityConfig(_Model):

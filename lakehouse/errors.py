@@ -106,3 +106,14 @@ class BrokerUnavailableError(SourceError):
     no outage); after it, the runner rides the outage out by restarting the query from its
     checkpoint with bounded exponential backoff (``kafka.outage_*`` settings) and raises it
     only when the outage outlasts ``kafka.outage_timeout_ms``."""
+
+
+class DataSafetyError(LakehouseError):
+    """Raised when a batch would do lasting damage that its input cannot justify on its own: a
+    re-snapshot that would end most of a dimension's keys, a checkpoint that is not the one
+    a pipeline id has committed from, a source whose offsets went backwards. Nothing of the
+    batch is committed; the message says how to go on on purpose."""
+
+    def __init__(self, message: str, *, table_uri: str | None = None) -> None:
+        super().__init__(message)
+        self.table_uri = table_uri

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.checkpoint import has_offsets
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
 from lakehouse.errors import ConfigError
 
@@ -106,23 +107,6 @@ def kafka_source_options(kafka: KafkaConfig) -> dict[str, str]:
     return options
 
 
-def _checkpoint_has_offsets(checkpoint: str) -> bool:
-    """Whether Spark has planned a batch in ``checkpoint`` (its ``offsets`` log has an entry);
-    True when that cannot be read (the check then asks less of the brokers)."""
-    import pyarrow.fs as pafs
-
-    path = f"{checkpoint.rstrip('/')}/offsets"
-    try:
-        if "://" in path:
-            fs, inner = pafs.FileSystem.from_uri(path)
-        else:
-            fs, inner = pafs.LocalFileSystem(), path
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-    except (OSError, ValueError):
-        return True
-    return any(i.base_name.isdigit() for i in infos)
-
-
 def check_kafka_stream(source: KafkaSourceOptions, checkpoint: str) -> None:
     """The stream's first contact with Kafka, before Spark starts it.
 
@@ -141,7 +125,7 @@ def check_kafka_stream(source: KafkaSourceOptions, checkpoint: str) -> None:
 
     reader = KafkaOffsetsReader(source)
     try:
-        if _checkpoint_has_offsets(checkpoint):
+        if has_offsets(checkpoint):
             reader.watermarks()
         else:
             reader.initialOffset()
@@ -407,8 +391,11 @@ def _start(
     query with the lease's fence before every micro-batch, supervised (broker outages of a
     Kafka ``source``, see :class:`SupervisedQuery`); the lease is held while the job runs
     (through an outage too) and released when it ends."""
+    from lakehouse import delta
+    from lakehouse.checkpoint import binding_metadata, check_binding
     from lakehouse.lease import acquire
 
+    check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
     lease = acquire(
         tables,
         command=command,
@@ -422,9 +409,14 @@ def _start(
         for holder in lease.taken_from:
             on_notice(f"writer lease taken over from {holder}")
 
+    identity: dict[str, str] = {}
+
     def fenced(df: DataFrame, batch_id: int) -> None:
         lease.check()  # a job that lost its lease stops before writing anything
-        fn(df, batch_id)
+        if not identity:  # Spark has written the checkpoint's id by the first batch
+            identity.update(binding_metadata(cfg.checkpoint))
+        with delta.commit_metadata(identity):  # every version names its checkpoint
+            fn(df, batch_id)
 
     def start_query() -> StreamingQuery:
         writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
@@ -484,12 +476,14 @@ def start_ingest(
             source_table=t.source_table,
             event_time_column=t.event_time,
             out_of_orderness_ms=t.out_of_orderness_ms,
+            max_future_ms=t.max_future_ms,
             snapshot=SnapshotOptions(
                 signals=frozenset(t.snapshot_signals),
                 notification_topic=t.notification_topic,
                 heartbeat_topic=t.heartbeat_topic,
                 resnapshot_join=t.resnapshot_join,
                 resnapshot_deletes=t.resnapshot_deletes,
+                resnapshot_max_ended=t.resnapshot_max_ended,
             ),
         )
         for t in cfg.tables
@@ -570,6 +564,8 @@ def join_options(cfg: JoinConfig) -> Any:
         pending_max_rows=cfg.pending_max_rows,
         pending_max_age_ms=cfg.pending_max_age_ms,
         on_pending_bound=cfg.on_pending_bound,
+        probe_time_unit=cfg.probe_time_unit,
+        max_future_ms=cfg.max_future_ms,
     )
 
 

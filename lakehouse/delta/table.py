@@ -423,8 +423,26 @@ def _encode_metadata(metadata: Metadata) -> dict[str, str]:
     return encoded
 
 
+#: Metadata every commit inside :func:`commit_metadata` carries (a job's identity).
+_job_metadata: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "lakehouse_delta_job_metadata", default=None
+)
+
+
+@contextlib.contextmanager
+def commit_metadata(metadata: Mapping[str, Any]) -> Iterator[None]:
+    """Every commit made within carries ``metadata`` (``lakehouse.*`` keys) as well as its
+    own; a commit's own keys win. The runner wraps each micro-batch in it, so every version
+    a job writes names the checkpoint it came from (:mod:`lakehouse.checkpoint`)."""
+    token = _job_metadata.set({**(_job_metadata.get() or {}), **metadata})
+    try:
+        yield
+    finally:
+        _job_metadata.reset(token)
+
+
 def _user_metadata(metadata: Metadata) -> str | None:
-    encoded = _encode_metadata(metadata)
+    encoded = _encode_metadata({**(_job_metadata.get() or {}), **(metadata or {})})
     return json.dumps(encoded, sort_keys=True) if encoded else None
 
 

@@ -132,6 +132,11 @@ class SnapshotOptions:
         resnapshot_deletes: at the end of a re-snapshot, end the versions of keys that were
             not re-read with synthetic deletes. Turn off for filtered re-snapshots (a
             blocking snapshot with ``additional-conditions``), which re-read only some keys.
+        resnapshot_max_ended: the largest share of the live keys a completing re-snapshot
+            may end (0 to 1). A re-snapshot that would end more stops the ingest with
+            :class:`~lakehouse.errors.DataSafetyError` before its commit: losing most of
+            a dimension at once is far likelier a replay or a filtered re-read than the
+            source's truth. ``1`` turns the check off.
     """
 
     signals: frozenset[str] = frozenset(SIGNAL_KINDS)
@@ -139,6 +144,7 @@ class SnapshotOptions:
     heartbeat_topic: str | None = None
     resnapshot_join: ResnapshotJoin = "last-complete"
     resnapshot_deletes: bool = True
+    resnapshot_max_ended: float = 0.5
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.signals) - set(SIGNAL_KINDS))
@@ -158,6 +164,12 @@ class SnapshotOptions:
                 f"resnapshot_join must be 'last-complete' or 'latest', got "
                 f"{self.resnapshot_join!r}",
                 setting="resnapshot_join",
+            )
+        if not 0 <= self.resnapshot_max_ended <= 1:
+            raise ConfigError(
+                f"resnapshot_max_ended is a share of the live keys between 0 and 1, got "
+                f"{self.resnapshot_max_ended!r}",
+                setting="resnapshot_max_ended",
             )
 
     def active(self, kind: SignalKind) -> bool:
@@ -249,6 +261,8 @@ class RowGroup:
         count: rows in the group.
         max_offset: the largest offset of the group.
         max_ts_ms: the newest Kafka record timestamp (epoch ms) of the group, None if unknown.
+        max_seq: the newest connector position (``_seq``) of the group, None if unknown.
+        max_source_ts_ms: the newest ``source.ts_ms`` of the group, None if unknown.
     """
 
     topic: str
@@ -257,6 +271,28 @@ class RowGroup:
     count: int
     max_offset: int
     max_ts_ms: int | None
+    max_seq: str | None = None
+    max_source_ts_ms: int | None = None
+
+    def newer_than(self, seq: str | None, source_ts_ms: int | None) -> bool:
+        """Whether the connector itself places the group after a snapshot that ended at
+        ``(seq, source_ts_ms)``: by position when both sides have one, else by
+        ``source.ts_ms``; True when neither can be compared (no evidence of a replay).
+
+        Kafka timestamps are no evidence: a producer retry or a connector restarted from
+        older offsets writes old records again with new Kafka timestamps.
+
+        >>> g = RowGroup("t", 0, "true", 1, 7, 10, max_seq="00005", max_source_ts_ms=100)
+        >>> g.newer_than("00005", 100), g.newer_than("00004", 100), g.newer_than(None, 99)
+        (False, True, True)
+        >>> g.newer_than(None, None)
+        True
+        """
+        if self.max_seq is not None and seq is not None:
+            return self.max_seq > seq
+        if self.max_source_ts_ms is not None and source_ts_ms is not None:
+            return self.max_source_ts_ms > source_ts_ms
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,6 +553,11 @@ class SignalState:
         alert: the open alert (ABORTED, SKIPPED, failed table scan), or None.
         fired: the signal that set the marker in this batch (for healing after a crash).
         last_notification: the newest initial-snapshot notification about the table.
+        snapshot_seq: the newest connector position among the snapshot rows of the current
+            (or last completed) snapshot run; later snapshot rows at or before it are
+            replays, not a re-snapshot.
+        snapshot_source_ts_ms: the newest ``source.ts_ms`` among them (the same rule when
+            the connector gives no position).
     """
 
     phase: Phase = "loading"
@@ -526,6 +567,8 @@ class SignalState:
     alert: str | None = None
     fired: SignalEvidence | None = None
     last_notification: Mapping[str, Any] | None = None
+    snapshot_seq: str | None = None
+    snapshot_source_ts_ms: int | None = None
 
     def to_json(self) -> str:
         """Serialise for commit metadata."""
@@ -538,6 +581,8 @@ class SignalState:
                 "alert": self.alert,
                 "fired": self.fired.to_dict() if self.fired else None,
                 "lastNotification": self.last_notification,
+                "snapshotSeq": self.snapshot_seq,
+                "snapshotSourceTs": self.snapshot_source_ts_ms,
             },
             sort_keys=True,
         )
@@ -558,6 +603,8 @@ class SignalState:
                 alert=d.get("alert") or None,
                 fired=SignalEvidence.from_dict(d["fired"]) if d.get("fired") else None,
                 last_notification=d.get("lastNotification") or None,
+                snapshot_seq=d.get("snapshotSeq") or None,
+                snapshot_source_ts_ms=_int_or_none(d.get("snapshotSourceTs")),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
@@ -627,7 +674,12 @@ def decide(
     state = (
         prior
         if prior.phase == phase
-        else SignalState(phase=phase, last_notification=prior.last_notification)
+        else SignalState(
+            phase=phase,
+            last_notification=prior.last_notification,
+            snapshot_seq=prior.snapshot_seq,
+            snapshot_source_ts_ms=prior.snapshot_source_ts_ms,
+        )
     )
     state = replace(state, positions=merge_offsets(positions), fired=None)
     ignored: list[str] = []
@@ -635,10 +687,26 @@ def decide(
 
     start_resnapshot = False
     if phase == "complete" and snap:
-        fresh = snap
-        if marker_signal == "operator" and completed_at_ms is not None:
+        # Only the connector's own position says a new snapshot run began: snapshot rows at
+        # or before the completed snapshot's are replays (a producer retry, a connector
+        # restarted from older offsets), and the table already holds them.
+        fresh = [g for g in snap if g.newer_than(state.snapshot_seq, state.snapshot_source_ts_ms)]
+        replayed = sum(g.count for g in snap) - sum(g.count for g in fresh)
+        if replayed:
+            ignored.append(
+                f"{replayed} snapshot row(s) not newer than the completed snapshot's position: "
+                "replays of it, not a re-snapshot"
+            )
+        if fresh and marker_signal == "operator" and completed_at_ms is not None:
             # stragglers of the snapshot the operator declared complete
-            fresh = [g for g in snap if g.max_ts_ms is None or g.max_ts_ms > completed_at_ms]
+            late = [g for g in fresh if g.max_ts_ms is None or g.max_ts_ms > completed_at_ms]
+            if len(late) < len(fresh):
+                ignored.append(
+                    f"{sum(g.count for g in fresh) - sum(g.count for g in late)} snapshot "
+                    "row(s) not newer than the operator's override: stragglers of the "
+                    "snapshot it completed"
+                )
+            fresh = late
         if fresh:
             phase, start_resnapshot = "resnapshot", True
             state = SignalState(
@@ -647,14 +715,21 @@ def decide(
                 last_notification=state.last_notification,
                 alert=state.alert,
             )
-            snap = fresh
-        else:
-            ignored.append(
-                f"{sum(g.count for g in snap)} snapshot row(s) not newer than the operator's "
-                "override: stragglers of the snapshot it completed"
-            )
+        snap = fresh
 
     batch_snap_ts = _max_ts(g.max_ts_ms for g in snap)
+    if phase != "complete":
+        # the snapshot run's newest position, kept through its completion
+        seqs = [g.max_seq for g in snap if g.max_seq is not None]
+        if state.snapshot_seq is not None:
+            seqs.append(state.snapshot_seq)
+        state = replace(
+            state,
+            snapshot_seq=max(seqs) if seqs else None,
+            snapshot_source_ts_ms=_max_opt(
+                state.snapshot_source_ts_ms, _max_ts(g.max_source_ts_ms for g in snap)
+            ),
+        )
     phase_max = None if phase == "complete" else _max_opt(state.phase_max_ts_ms, batch_snap_ts)
     in_band_ordered = phase == "resnapshot"
 
@@ -767,6 +842,8 @@ def decide(
             positions=state.positions,
             fired=fire,
             last_notification=last_notification,
+            snapshot_seq=state.snapshot_seq,
+            snapshot_source_ts_ms=state.snapshot_source_ts_ms,
         )
         return Decision(
             state, start_resnapshot, fire, notification, prior.alert is not None, tuple(ignored)
@@ -872,18 +949,9 @@ def checkpoint_offsets_reader(checkpoint: str) -> Callable[[int], Offsets | None
     """
 
     def read(batch_id: int) -> Offsets | None:
-        import pyarrow.fs as pafs
+        from lakehouse.checkpoint import read_text
 
-        path = f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
-        try:
-            if "://" in path:
-                fs, inner = pafs.FileSystem.from_uri(path)
-            else:
-                fs, inner = pafs.LocalFileSystem(), path
-            with fs.open_input_stream(inner) as f:
-                text = f.read().decode("utf-8")
-        except (OSError, ValueError):
-            return None
-        return planned_offsets(text)
+        text = read_text(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
+        return None if text is None else planned_offsets(text)
 
     return read

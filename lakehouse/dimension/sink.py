@@ -81,7 +81,7 @@ from lakehouse.dimension.signals import (
     parse_heartbeat,
     parse_notification,
 )
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, DataSafetyError
 from lakehouse.failpoints import failpoint
 from lakehouse.time import WATERMARK_MIN
 
@@ -107,6 +107,9 @@ class BuildTarget:
         out_of_orderness_ms: the build watermark trails the max committed event time by this.
         snapshot: which signals end the table's snapshot phase, and re-snapshot handling
             (:class:`~lakehouse.dimension.signals.SnapshotOptions`).
+        max_future_ms: a change whose event time is further than this past the wall clock
+            is dead-lettered (``future_event_time``) instead of becoming a version: it would
+            move the build watermark, which never goes back. None: no bound.
     """
 
     table_uri: str
@@ -115,12 +118,18 @@ class BuildTarget:
     event_time_column: str | None = None
     out_of_orderness_ms: int = 0
     snapshot: SnapshotOptions = field(default_factory=SnapshotOptions)
+    max_future_ms: int | None = 86_400_000
 
     def __post_init__(self) -> None:
         if self.out_of_orderness_ms < 0:
             raise ConfigError(
                 f"out_of_orderness_ms must be >= 0, got {self.out_of_orderness_ms}",
                 setting="out_of_orderness_ms",
+            )
+        if self.max_future_ms is not None and self.max_future_ms <= 0:
+            raise ConfigError(
+                f"max_future_ms must be > 0 (or unset), got {self.max_future_ms}",
+                setting="max_future_ms",
             )
 
 
@@ -469,6 +478,8 @@ class BuildSink:
                         int(r["n"]),
                         int(r["o"]),
                         None if r["ts"] is None else int(r["ts"]),
+                        max_seq=r["seq"],
+                        max_source_ts_ms=r["src_ts"],
                     )
                     for r in groups
                     if target.source_table is None or r["_source_table"] == target.source_table
@@ -634,10 +645,12 @@ class BuildSink:
                 phase_before == "resnapshot" or decision.start_resnapshot
             )
             if ends_resnapshot and target.snapshot.resnapshot_deletes and not replay:
-                deletes = _synthetic_deletes(uri, plan.key_columns, props, rows)
-                if deletes is not None:
+                ghosts = _synthetic_deletes(uri, plan.key_columns, props, rows)
+                if ghosts is not None:
+                    deletes, live = ghosts
                     deletes = deletes.persist()
                     synthetic_count = deletes.count()
+                    self._check_ended_share(target, props, synthetic_count, live, batch_id)
                     if synthetic_count:
                         to_write = to_write.unionByName(deletes, allowMissingColumns=True)
             metadata = {
@@ -727,6 +740,34 @@ class BuildSink:
             schema_changes=len(plan.schema_changes),
         )
 
+    def _check_ended_share(
+        self,
+        target: BuildTarget,
+        props: Mapping[str, str],
+        ended: int,
+        live: int,
+        batch_id: int,
+    ) -> None:
+        """Stop before a completing re-snapshot ends more than ``resnapshot_max_ended`` of the
+        live keys; the alert stays on the table (``lakehouse status`` shows it) and joins keep
+        reading the last complete version until an operator decides."""
+        limit = target.snapshot.resnapshot_max_ended
+        if not ended or limit >= 1 or ended <= limit * live:
+            return
+        uri = target.table_uri
+        alert = (
+            f"the completing re-snapshot would end {ended} of {live} live keys "
+            f"({ended / live:.0%}, above resnapshot_max_ended = {limit:g}); nothing committed"
+        )
+        record_notification(uri, None, alert, batch_id=batch_id)
+        raise DataSafetyError(
+            f"build table {uri}: {alert}. Joins keep reading version "
+            f"{props.get(L.PROP_SNAPSHOT_LAST_COMPLETE)}. If the source really lost these keys, "
+            f"set ingest.tables[].resnapshot_max_ended = 1 (or resnapshot_deletes = false for a "
+            "filtered re-snapshot) and run the ingest again",
+            table_uri=uri,
+        )
+
     def _schema_block(
         self,
         plan: _TargetPlan,
@@ -803,8 +844,9 @@ def _synthetic_deletes(
     key_columns: Sequence[str],
     props: Mapping[str, str],
     batch_rows: DataFrame | None,
-) -> DataFrame | None:
-    """Deletes for the keys a completed re-snapshot did not re-read.
+) -> tuple[DataFrame, int] | None:
+    """Deletes for the keys a completed re-snapshot did not re-read, and how many keys are
+    alive before them (the share :meth:`BuildSink._check_ended_share` bounds).
 
     A key is a *ghost* when its latest version (by ``_event_time``, ``_seq``; truncates
     included) is alive and none of its rows was added since the re-snapshot started — in a
@@ -858,6 +900,7 @@ def _synthetic_deletes(
     )
     if truncated is not None:
         latest = latest.filter(F.col(L.EVENT_TIME) > F.lit(truncated))
+    live = latest.count()
     ghosts = latest.join(touched, list(key_columns), "left_anti")
     when = (
         F.col(L.EVENT_TIME)
@@ -882,7 +925,7 @@ def _synthetic_deletes(
             columns.append(F.lit(L.SYNTHETIC_DELETE_TOPIC).alias(L.KAFKA_TOPIC))
         else:
             columns.append(F.lit(None).cast(f.dataType).alias(f.name))
-    return ghosts.select(*columns)
+    return ghosts.select(*columns), live
 
 
 # ---------------------------------------------------------------------------------- planning
@@ -924,7 +967,8 @@ def _summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[
       largest event time ``max_ts`` (the plan of each target);
     * the end offset of each partition read (``{topic: {partition: next offset}}``);
     * per source table, phase and partition, of the change records: count ``n``, largest
-      offset ``o`` and largest source timestamp ``ts`` (the snapshot signals).
+      offset ``o``, largest Kafka timestamp ``ts``, largest connector position ``seq`` and
+      largest ``source.ts_ms`` ``src_ts`` (the snapshot signals).
     """
     from pyspark.sql import functions as F
 
@@ -937,6 +981,7 @@ def _summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[
             F.max("_event_time_ms").alias("max_ts"),
             F.max("offset").alias("o"),
             F.unix_millis(F.max("timestamp")).alias("ts"),
+            F.max("_seq").alias("seq"),
         )
         .collect()
     )
@@ -966,11 +1011,15 @@ def _summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[
                 "n": 0,
                 "o": None,
                 "ts": None,
+                "seq": None,
+                "src_ts": None,
             },
         )
         group["n"] += int(r["n"])
         group["o"] = _max(group["o"], r["o"])
         group["ts"] = _max(group["ts"], r["ts"])
+        group["seq"] = _max(group["seq"], r["seq"])
+        group["src_ts"] = _max(group["src_ts"], r["max_ts"])
     return list(summary.values()), ends, list(groups.values())
 
 
@@ -1159,6 +1208,23 @@ def _plan_target(
         .when(not_truncate & key_null, F.lit("missing_key"))
         .when(event_time.isNull(), F.lit("missing_event_time"))
     )
+    if target.max_future_ms is not None:
+        # against the wall clock at planning: a version from the far future would hold the
+        # build watermark there for good
+        limit = int(time.time() * 1000) + target.max_future_ms
+        future = F.unix_millis(event_time) > F.lit(limit)
+        reason = F.when(reason.isNotNull(), reason).when(
+            future,
+            F.concat(
+                F.lit("event time "),
+                event_time.cast("string"),
+                F.lit(
+                    f" is more than max_future_ms = {target.max_future_ms} past the wall "
+                    "clock (a wrong clock, or epoch seconds/microseconds read as milliseconds)"
+                ),
+            ),
+        )
+        kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
     mine = mine.withColumn("_reject", reason).withColumn("_reject_kind", kind)
 
     rejected = (

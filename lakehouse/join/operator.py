@@ -173,7 +173,11 @@ class TemporalJoin:
         if plan is None and not needs_batch_max(self.options):
             plan = self._decide(batch_id, state, None, look.channel)
         probe_rows = raw.filter(F.col("topic") != J.TICK_TOPIC)
-        parsed = P.parse(probe_rows, self.options, self.probe_schema)
+        # the future bound is against the wall clock, never the decision clock (which tests
+        # and replays may set anywhere)
+        parsed = P.parse(
+            probe_rows, self.options, self.probe_schema, wall_ms=int(time.time() * 1000)
+        )
         if (
             look.recovery.plan is None
             and plan is not None

@@ -13,6 +13,11 @@ WatermarkKind = Literal["bounded", "ascending", "none"]
 LatePolicy = Literal["join", "dead-letter"]
 ExpiryPolicy = Literal["release", "dead-letter"]
 PendingBoundPolicy = Literal["dead-letter", "fail"]
+TimeUnit = Literal["s", "ms", "us"]
+#: Milliseconds per unit of an epoch number in a time column.
+MS_PER_UNIT: dict[str, float] = {"s": 1000.0, "ms": 1.0, "us": 0.001}
+#: Default of ``max_future_ms``: a day past the wall clock.
+DEFAULT_MAX_FUTURE_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,13 @@ class JoinOptions:
         on_pending_bound: ``dead-letter`` (move the rows over the bound to the dead-letter
             table, whence they can be replayed) or ``fail`` (stop the query with
             :class:`~lakehouse.errors.PendingBoundError` before the batch writes anything).
+        probe_time_unit: the unit of an epoch number in ``probe_time`` (``s``, ``ms`` or
+            ``us``), whether the column is declared a number or a timestamp: a JSON number in
+            a timestamp column is never guessed (Spark would read it as seconds).
+        max_future_ms: a probe row whose time is further than this past the wall clock is
+            dead-lettered (``future_time``) instead of moving the probe watermark, which
+            never goes back: one bad clock or unit must not release or evict everything
+            after it. None: no bound.
     """
 
     build_uri: str
@@ -86,6 +98,8 @@ class JoinOptions:
     pending_max_rows: int | None = None
     pending_max_age_ms: int | None = None
     on_pending_bound: PendingBoundPolicy = "dead-letter"
+    probe_time_unit: TimeUnit = "ms"
+    max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
 
     def __post_init__(self) -> None:
         def bad(setting: str, message: str) -> ConfigError:
@@ -123,6 +137,11 @@ class JoinOptions:
             )
         if self.out_of_orderness_ms < 0:
             raise bad("out_of_orderness_ms", f"must be >= 0, got {self.out_of_orderness_ms}")
+        if self.probe_time_unit not in MS_PER_UNIT:
+            raise bad(
+                "probe_time_unit",
+                f"must be 's', 'ms' or 'us', got {self.probe_time_unit!r}",
+            )
         if self.on_pending_bound not in ("dead-letter", "fail"):
             raise bad(
                 "on_pending_bound",
@@ -133,6 +152,7 @@ class JoinOptions:
             "pending_ttl_ms",
             "pending_max_rows",
             "pending_max_age_ms",
+            "max_future_ms",
         ):
             value = getattr(self, name)
             if value is not None and value <= 0:

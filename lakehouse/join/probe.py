@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lakehouse.dead_letter import to_dead_letters
 from lakehouse.errors import ConfigError
 from lakehouse.join import layout as J
-from lakehouse.join.options import JoinOptions
+from lakehouse.join.options import MS_PER_UNIT, JoinOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -88,14 +88,28 @@ def pending_schema(schema: StructType) -> StructType:
     )
 
 
-def parse(raw: DataFrame, options: JoinOptions, schema: StructType) -> DataFrame:
+def parse(
+    raw: DataFrame, options: JoinOptions, schema: StructType, *, wall_ms: int | None = None
+) -> DataFrame:
     """Parse raw probe records (tick rows already removed): the probe columns, the source
     lineage, :data:`~lakehouse.join.layout.TIME_MS`, the raw bytes and the verdict
-    (:data:`PARSE_ERROR` / :data:`PARSE_ERROR_KIND`, NULL for a good record)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
+    (:data:`PARSE_ERROR` / :data:`PARSE_ERROR_KIND`, NULL for a good record).
 
-    with_corrupt = StructType([*schema.fields, StructField("_corrupt", StringType(), True)])
+    The time column is read as text and converted here (:func:`_time_ms`), so a number in a
+    timestamp column is an epoch in ``options.probe_time_unit`` and a text that is no time
+    is named as such. With ``wall_ms`` (the wall clock) and ``options.max_future_ms``, a time
+    further past the wall clock is a ``future_time`` dead letter.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    time_col = options.probe_time
+    as_text = time_col is not None and isinstance(schema[time_col].dataType, TimestampType)
+    read_fields = [
+        StructField(f.name, StringType(), True) if as_text and f.name == time_col else f
+        for f in schema.fields
+    ]
+    with_corrupt = StructType([*read_fields, StructField("_corrupt", StringType(), True)])
     text = F.col("value").cast("string")
     row = F.from_json(
         text, with_corrupt, {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
@@ -109,17 +123,33 @@ def parse(raw: DataFrame, options: JoinOptions, schema: StructType) -> DataFrame
         F.col("timestamp").alias(J.SOURCE_TS),
         row.alias("_r"),
     )
-    fields = [F.col("_r")[f.name].alias(f.name) for f in schema.fields]
     t_ms = _time_ms(F.col("_r"), options, schema)
+    fields = [
+        (
+            F.timestamp_millis(t_ms).alias(f.name)
+            if as_text and f.name == time_col and t_ms is not None
+            else F.col("_r")[f.name].alias(f.name)
+        )
+        for f in schema.fields
+    ]
     required = [
         *options.probe_key,
-        *([options.probe_time] if options.probe_time else []),
+        *([time_col] if time_col else []),
         *([options.probe_id] if options.probe_id else []),
     ]
     missing = F.lit(None).cast("string")
     for name in reversed(required):
         missing = F.when(F.col("_r")[name].isNull(), F.lit(name)).otherwise(missing)
     corrupt = F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull()
+    no_time = F.lit(False) if t_ms is None else F.col("_r")[time_col].isNotNull() & t_ms.isNull()
+    limit = (
+        None
+        if t_ms is None or wall_ms is None or options.max_future_ms is None
+        else wall_ms + options.max_future_ms
+    )
+    future = F.lit(False) if limit is None else F.coalesce(t_ms > F.lit(limit), F.lit(False))
+    raw_time = F.col("_r")[time_col].cast("string") if time_col else F.lit(None)
+    unit = options.probe_time_unit
     error = (
         F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty record"))
         .when(corrupt, F.lit("not a JSON object matching probe_schema"))
@@ -127,11 +157,32 @@ def parse(raw: DataFrame, options: JoinOptions, schema: StructType) -> DataFrame
             missing.isNotNull(),
             F.concat(F.lit("required column '"), missing, F.lit("' is missing or NULL")),
         )
+        .when(
+            no_time,
+            F.concat(
+                F.lit(f"probe_time column '{time_col}' holds '"),
+                F.substring(raw_time, 1, 80),
+                F.lit(f"', neither an ISO-8601 time nor an epoch number (in {unit})"),
+            ),
+        )
+        .when(
+            future,
+            F.concat(
+                F.lit(f"probe_time column '{time_col}' holds '"),
+                F.substring(raw_time, 1, 80),
+                F.lit(
+                    f"', more than max_future_ms = {options.max_future_ms} past the wall "
+                    f"clock (read as epoch {unit}; check probe_time_unit)"
+                ),
+            ),
+        )
     )
     kind = (
         F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty"))
         .when(corrupt, F.lit("malformed_json"))
         .when(missing.isNotNull(), F.lit("missing_field"))
+        .when(no_time, F.lit("bad_time"))
+        .when(future, F.lit("future_time"))
     )
     return df.select(
         *fields,
@@ -148,6 +199,9 @@ def parse(raw: DataFrame, options: JoinOptions, schema: StructType) -> DataFrame
 
 
 def _time_ms(row: Column, options: JoinOptions, schema: StructType) -> Column | None:
+    """The probe time in epoch ms: a timestamp column (read as text) is an ISO-8601 time or
+    an epoch number in ``probe_time_unit``; a date is midnight UTC; a number column is an
+    epoch in ``probe_time_unit``. NULL when the value is none of these."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, TimestampType
 
@@ -155,11 +209,20 @@ def _time_ms(row: Column, options: JoinOptions, schema: StructType) -> Column | 
         return None
     typ = schema[options.probe_time].dataType
     value = row[options.probe_time]
+    factor = MS_PER_UNIT[options.probe_time_unit]
+
+    def epoch(number: Column) -> Column:
+        return (number.cast("double") * F.lit(factor)).cast("bigint")
+
     if isinstance(typ, TimestampType):
-        return F.unix_millis(value)
+        text = F.trim(value)
+        numeric = text.rlike(r"^-?[0-9]+(\.[0-9]+)?$")
+        return F.when(numeric, epoch(text.try_cast("double"))).otherwise(
+            F.unix_millis(F.try_to_timestamp(text))
+        )
     if isinstance(typ, DateType):
         return F.unix_millis(value.cast("timestamp"))
-    return value.cast("bigint")
+    return epoch(value) if factor != 1.0 else value.cast("bigint")
 
 
 def dead_letters(

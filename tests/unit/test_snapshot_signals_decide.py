@@ -327,6 +327,55 @@ def test_snapshot_stragglers_after_an_operator_override_do_not_start_a_resnapsho
     assert d.start_resnapshot
 
 
+def _positioned(phase, count, offset, ts, seq, source_ts=None):
+    """A row group with the connector's position (``_seq``) and ``source.ts_ms``."""
+    return RowGroup(TOPIC, 0, phase, count, offset, ts, f"{seq:020d}", source_ts)
+
+
+def _complete_with_positions() -> Table:
+    t = Table()
+    t.feed(
+        {TOPIC: {"0": 3}},
+        rows=(_positioned("first", 2, 1, 10, 100), _positioned("last", 1, 2, 12, 101)),
+    )
+    assert t.phase == "complete" and t.state.snapshot_seq == f"{101:020d}"
+    return t
+
+
+def test_replayed_snapshot_rows_after_the_marker_are_not_a_resnapshot():
+    # byte-identical copies written again (producer retry, connector restarted from older
+    # offsets): new offsets and Kafka timestamps, the snapshot's own positions
+    t = _complete_with_positions()
+    d = t.feed({TOPIC: {"0": 5}}, rows=(_positioned("true", 2, 4, 500, 101),))
+    assert not d.start_resnapshot and t.phase == "complete"
+    assert any("replays of it" in why for why in d.ignored)
+    # the snapshot's position survives the batch (and its JSON form)
+    assert t.state.snapshot_seq == f"{101:020d}"
+    d = t.feed({TOPIC: {"0": 6}}, rows=(_positioned("first", 1, 5, 600, 180),))
+    assert d.start_resnapshot and t.phase == "resnapshot"
+    d = t.feed({TOPIC: {"0": 7}}, rows=(_positioned("last", 1, 6, 610, 181),))
+    assert d.fire is not None and t.state.snapshot_seq == f"{181:020d}"
+    # a replay of the first snapshot is older still than the second's position
+    assert not t.feed(
+        {TOPIC: {"0": 8}}, rows=(_positioned("true", 1, 7, 700, 150),)
+    ).start_resnapshot
+
+
+def test_without_a_position_source_time_tells_a_replay_from_a_new_snapshot():
+    t = Table()
+    t.feed({TOPIC: {"0": 1}}, rows=(RowGroup(TOPIC, 0, "last", 1, 0, 10, None, 5_000),))
+    assert t.phase == "complete" and t.state.snapshot_source_ts_ms == 5_000
+    replay = RowGroup(TOPIC, 0, "true", 1, 1, 900, None, 5_000)
+    assert not t.feed({TOPIC: {"0": 2}}, rows=(replay,)).start_resnapshot
+    again = RowGroup(TOPIC, 0, "first", 1, 2, 901, None, 9_000)
+    assert t.feed({TOPIC: {"0": 3}}, rows=(again,)).start_resnapshot
+
+
+def test_the_resnapshot_share_bound_is_checked():
+    with pytest.raises(ConfigError, match="resnapshot_max_ended"):
+        SnapshotOptions(resnapshot_max_ended=1.5)
+
+
 # ------------------------------------------------------------------------------- parsing
 
 
