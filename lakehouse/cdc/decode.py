@@ -63,7 +63,7 @@ from lakehouse.cdc.models import (
     SourceInfo,
     TransactionMetadataValue,
 )
-from lakehouse.cdc.schema import SchemaHandle, infer_row
+from lakehouse.cdc.schema import SchemaHandle, check_columns, infer_row
 from lakehouse.cdc.seq import position_seq
 from lakehouse.errors import CdcDecodeError
 
@@ -335,6 +335,7 @@ def _change_event(
             row, columns = plan.decode_row(image)
         else:
             row, columns = infer_row(image)
+        check_columns(columns)
 
     # A partial envelope without `source` reads as one with every source field missing.
     source = env.source if env.source is not None else _NO_SOURCE

@@ -75,9 +75,12 @@ from lakehouse.cdc.serialize import dumps_json
 from lakehouse.errors import CdcDecodeError
 
 __all__ = [
+    "MAX_COLUMN_NAME_LENGTH",
     "MAX_SCHEMA_DEPTH",
+    "MAX_TYPE_DEPTH",
     "SchemaHandle",
     "StructPlan",
+    "check_columns",
     "compile_struct",
     "infer_row",
     "infer_value",
@@ -88,6 +91,17 @@ Columns = tuple[tuple[str, str], ...]
 
 MAX_SCHEMA_DEPTH = 64
 """Deepest Connect schema nesting compiled; deeper raises ``too_deep``."""
+
+MAX_TYPE_DEPTH = 32
+"""Deepest nesting of a column's type (``array<array<...>>``) a table may get. Arrow's C data
+interface stops at 64 levels (Polars, delta-rs and PyArrow then cannot open the table), and
+a type deep enough to reach that is no data model but a hostile or broken record."""
+
+MAX_COLUMN_NAME_LENGTH = 255
+"""Longest column name a table may get (metastores and SQL tools cap names near this)."""
+
+#: Characters Delta refuses in column names of a table without column mapping.
+_BAD_NAME_CHARS = frozenset(" ,;{}()\n\t=")
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]{1,9}\s*")
@@ -501,6 +515,71 @@ class SchemaHandle:
                     break
         self._plans[field] = plan
         return plan
+
+
+def _type_depth(spark_type: str) -> int:
+    depth = deepest = 0
+    for ch in spark_type:
+        if ch == "<":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ">":
+            depth -= 1
+    return deepest
+
+
+def check_columns(columns: Columns) -> None:
+    """Refuse a row image that must not change a table's schema: a type nested deeper than
+    :data:`MAX_TYPE_DEPTH`, a column name Delta cannot hold (empty, longer than
+    :data:`MAX_COLUMN_NAME_LENGTH`, or with one of `` ,;{}()\\n\\t=``), or two names that differ
+    only in case (Spark and Delta resolve names case-insensitively: one would shadow the
+    other, and every batch holding both would fail).
+
+    Raises:
+        CdcDecodeError: ``too_deep`` or ``bad_column_name``, naming the column.
+
+    Example:
+        >>> check_columns((("id", "bigint"), ("ID", "string")))
+        Traceback (most recent call last):
+        ...
+        lakehouse.errors.CdcDecodeError: columns 'id' and 'ID' differ only in case; ...
+        >>> check_columns((("tags", "array<" * 40 + "bigint" + ">" * 40),))
+        Traceback (most recent call last):
+        ...
+        lakehouse.errors.CdcDecodeError: column 'tags' nests 40 levels deep (limit 32)
+    """
+    seen: dict[str, str] = {}
+    for name, spark_type in columns:
+        shown = repr(name[:60] + ("..." if len(name) > 60 else ""))
+        if not name:
+            raise CdcDecodeError("a column has the empty name", kind="bad_column_name")
+        if len(name) > MAX_COLUMN_NAME_LENGTH:
+            raise CdcDecodeError(
+                f"column {shown} has a name of {len(name)} characters "
+                f"(limit {MAX_COLUMN_NAME_LENGTH})",
+                kind="bad_column_name",
+            )
+        bad = sorted(set(name) & _BAD_NAME_CHARS)
+        if bad:
+            raise CdcDecodeError(
+                f"column {shown} holds {''.join(bad)!r}, which Delta refuses in column names; "
+                "rename it at the source or with a Debezium column.rename/ReplaceField SMT",
+                kind="bad_column_name",
+            )
+        folded = name.casefold()
+        if folded in seen:
+            raise CdcDecodeError(
+                f"columns {seen[folded]!r} and {name!r} differ only in case; Spark and Delta "
+                "read names case-insensitively, so one would hide the other",
+                kind="bad_column_name",
+            )
+        seen[folded] = name
+        depth = _type_depth(spark_type)
+        if depth > MAX_TYPE_DEPTH:
+            raise CdcDecodeError(
+                f"column {shown} nests {depth} levels deep (limit {MAX_TYPE_DEPTH})",
+                kind="too_deep",
+            )
 
 
 # --- without a schema -----------------------------------------------------------------------

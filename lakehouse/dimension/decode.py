@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse.cdc import ChangeEvent, SchemaChange, Tombstone, TransactionMarker, decode_message
 from lakehouse.cdc import row_to_json as _row_to_json
+from lakehouse.dimension import layout as L
 from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
@@ -59,6 +60,10 @@ _OUT_FIELDS: Final = (
 _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
+#: The build table's lineage column names, case-folded (a source column may not take one).
+_RESERVED_FOLDED: Final = frozenset(c.casefold() for c in L.LINEAGE_COLUMNS)
+
+
 def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> dict[str, Any]:
     """Decode one raw record into the decoded columns (without the raw ones).
 
@@ -78,6 +83,18 @@ def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> 
         out.update(_kind="error", _error_kind="internal_error", _error=f"{type(e).__name__}: {e}")
         return out
     if isinstance(decoded, ChangeEvent):
+        reserved = sorted(
+            name for name, _ in decoded.columns if name.casefold() in _RESERVED_FOLDED
+        )
+        if reserved:
+            # the build table's own lineage columns: dropping the source's would lose data
+            out.update(
+                _kind="error",
+                _error_kind="reserved_column",
+                _error=f"source column(s) {reserved} are named like the build table's lineage "
+                "columns; rename them at the source or with a Debezium column.rename SMT",
+            )
+            return out
         try:
             row_json = None if decoded.row is None else _row_to_json(decoded.row)
             key_json = None if decoded.key is None else _row_to_json(decoded.key)

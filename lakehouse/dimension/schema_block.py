@@ -177,11 +177,24 @@ def fits(record: DataType, table: DataType) -> bool:
     (True, False)
     >>> fits(StringType(), LongType())
     False
+
+    A string column holds any value as its JSON text (Spark's ``from_json`` reads a number,
+    an object or an array into a string field as its text), and arrays fit element-wise:
+
+    >>> from pyspark.sql.types import ArrayType
+    >>> fits(ArrayType(LongType()), StringType()), fits(LongType(), StringType())
+    (True, True)
+    >>> fits(ArrayType(IntegerType()), ArrayType(LongType()))
+    True
     """
-    from pyspark.sql.types import DecimalType, DoubleType, FloatType
+    from pyspark.sql.types import ArrayType, DecimalType, DoubleType, FloatType, StringType
 
     if record == table:
         return True
+    if isinstance(table, StringType):
+        return True
+    if isinstance(record, ArrayType) and isinstance(table, ArrayType):
+        return fits(record.elementType, table.elementType)
     r, t = record.simpleString(), table.simpleString()
     if r in _INTEGRAL_RANK and t in _INTEGRAL_RANK:
         return _INTEGRAL_RANK[r] <= _INTEGRAL_RANK[t]

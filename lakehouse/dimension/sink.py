@@ -1083,8 +1083,14 @@ def _plan_target(
     compatible: list[str] = []
     # column set -> (column, record type, table type, reason)
     incompatible: dict[str, tuple[str, str, str, str]] = {}
+    fallback: dict[str, DataType] = {}  # untyped columns that still need a type (empty arrays)
     for r in summary:
-        cols = [(n, _parse_type(t)) for n, t in json.loads(r["_row_columns"] or "[]")]
+        raw_cols = json.loads(r["_row_columns"] or "[]")
+        for n, t in raw_cols:
+            typ = _void_fallback(t)
+            if typ is not None:
+                fallback.setdefault(n, typ)
+        cols = [(n, _parse_type(t)) for n, t in raw_cols]
         clash = next(
             ((n, t) for n, t in cols if t is not None and n in chosen and not fits(t, chosen[n])),
             None,
@@ -1123,7 +1129,10 @@ def _plan_target(
     # read as NULL anyway); fixing it as string now would block the table on its first
     # value. Key and event-time columns are needed now: they fall back to string.
     for n in untyped:
-        if n not in order and (n in key_columns or n == target.event_time_column):
+        if n not in order and n in fallback:
+            chosen[n] = fallback[n]  # an empty array stays an empty array, not NULL
+            order.append(n)
+        elif n not in order and (n in key_columns or n == target.event_time_column):
             order.append(n)
     if not summary:
         return _TargetPlan(target, key_columns, None, None, 0)
@@ -1343,12 +1352,24 @@ def _event_time_expr(target: BuildTarget, row: Column, types: Mapping[str, DataT
 
 
 def _parse_type(ddl: str) -> DataType | None:
-    """Parse a Spark SQL type string from the decoder; ``void`` (unknown) gives None."""
+    """Parse a Spark SQL type string from the decoder; a type that is or holds ``void`` (a
+    NULL, an empty array) is not known yet and gives None: no table gets a ``void`` column."""
     from pyspark.sql.types import StructType
 
-    if ddl in ("void", "null", ""):
+    if ddl in ("null", "") or "void" in ddl:
         return None
     return StructType.fromDDL(f"x {ddl}").fields[0].dataType
+
+
+def _void_fallback(ddl: str) -> DataType | None:
+    """The type a column seen only as ``ddl`` gets when it must have one: an empty array is
+    kept as an empty ``array<string>`` (a later typed array fits it, element-wise or as
+    text), a bare NULL gets nothing (None)."""
+    from pyspark.sql.types import StructType
+
+    if "void" not in ddl or ddl == "void":
+        return None
+    return StructType.fromDDL(f"x {ddl.replace('void', 'string')}").fields[0].dataType
 
 
 def _empty_like(uri: str) -> DataFrame:

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_snapshot_signals import Stream, _rates, _raw, _sink, _target
+from test_snapshot_signals import T0, Stream, _rates, _raw, _sink, _target
 
 from lakehouse import delta
 from lakehouse.checkpoint import META_CHECKPOINT, META_CHECKPOINT_ID, checkpoint_id
+from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import phase_of
 from lakehouse.errors import DataSafetyError
@@ -241,3 +242,84 @@ def test_a_build_change_from_the_far_future_is_dead_lettered_not_a_version(spark
     assert [d._error_kind for d in dead] == ["future_event_time"]
     assert "max_future_ms" in dead[0]._error
     assert read_build_channel(uri).event_watermark_ms == watermark  # it did not move
+
+
+# ---------------------------------------------------------------- records that change a schema
+
+
+def _change(i: int, after: dict, *, op: str = "u") -> bytes:
+    """A schemaless Debezium change (no Connect schema, as with ``schemas.enable=false``)."""
+    return json.dumps(
+        {
+            "op": op,
+            "before": None,
+            "after": after,
+            "source": {"ts_ms": 1_700_000_000_000 + i, "db": "shop", "table": "items"},
+            "ts_ms": 1_700_000_000_000 + i,
+        }
+    ).encode()
+
+
+def _readable_everywhere(spark, uri: str) -> int:
+    """The table opens with Spark, delta-rs and Polars; its row count."""
+    import polars as pl
+    from deltalake import DeltaTable
+
+    n = delta.read(spark, uri).count()
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == n
+    assert pl.read_delta(uri).height == n
+    return n
+
+
+def test_records_that_would_break_the_schema_are_dead_lettered_and_the_table_stays_readable(
+    spark, tmp_path
+):
+    from pyspark.sql.types import ArrayType, StringType
+
+    uri = str(tmp_path / "items")
+    sink = BuildSink(
+        [BuildTarget(uri, key_columns=("id",))],
+        dead_letter_uri=str(tmp_path / "dlq"),
+        pipeline_id="ingest",
+    )
+    hostile = {
+        1: {"id": 1, "ID": 2},  # names that differ only in case
+        2: {"id": 2, "deep": json.loads("[" * 70 + "]" * 70)},  # 70 levels of arrays
+        3: {"id": 3, "_op": "x"},  # a lineage column's name
+        4: {"id": 4, "a b": 1},  # a name Delta refuses
+        5: {"id": 5, "n" * 300: 1},  # too long a name
+    }
+    fine = {
+        0: {"id": 0, "tags": [], "doc": {"k": 1}},  # an empty array: no void column
+        6: {"id": 6, "tags": ["a"], "doc": [1, 2]},  # typed later; an array in a text column
+    }
+    values = {**hostile, **fine}
+    records = [("cdc", 0, i, None, _change(i, values[i], op="c"), T0) for i in sorted(values)]
+    report = sink.process(_raw(spark, records), 0)
+    assert report.dead_lettered == 5
+
+    dead = {
+        d._offset: (d._error_kind, d._error)
+        for d in delta.read(spark, str(tmp_path / "dlq")).collect()
+    }
+    assert dead[1][0] == "bad_column_name" and "'id' and 'ID' differ only in case" in dead[1][1]
+    assert dead[2] == ("too_deep", "column 'deep' nests 70 levels deep (limit 32)")
+    assert dead[3][0] == "reserved_column" and "['_op']" in dead[3][1]
+    assert dead[4][0] == "bad_column_name" and "'a b'" in dead[4][1]
+    assert dead[5][0] == "bad_column_name" and "300 characters" in dead[5][1]
+
+    schema = delta.table_schema(uri)
+    assert schema["tags"].dataType == ArrayType(StringType())
+    assert schema["doc"].dataType == StringType()
+    assert "void" not in schema.simpleString()
+    assert _readable_everywhere(spark, uri) == 2
+    rows = {r.id: (r.tags, r.doc) for r in delta.read(spark, uri).collect()}
+    assert rows == {0: ([], '{"k":1}'), 6: (["a"], "[1,2]")}
+
+    # the next batch goes on (no crash loop on a record), and a replay changes nothing
+    again = [("cdc", 0, 7, None, _change(7, {"id": 7, "tags": [1]}), T0)]
+    sink.process(_raw(spark, again), 1)
+    version = delta.latest_version(uri)
+    sink.process(_raw(spark, again), 1)
+    assert delta.latest_version(uri) == version
+    assert _readable_everywhere(spark, uri) == 3
