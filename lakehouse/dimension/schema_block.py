@@ -385,7 +385,7 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     )
     summary = [
         r
-        for r in _summarise(decoded)
+        for r in _summarise(decoded)[0]
         if r["_kind"] == "change"
         and (target.source_table is None or r["_source_table"] == target.source_table)
     ]
