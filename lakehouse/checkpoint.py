@@ -19,6 +19,13 @@ So a pipeline id is bound to one checkpoint:
 
 Tables written before this binding existed name no checkpoint; only the new-checkpoint rule
 applies to them until their next commit records one.
+
+The offsets in a checkpoint belong to one *incarnation* of each Kafka topic. A topic deleted
+and created again (or a broker that lost its data) starts its offsets again at 0; once the
+new topic has grown past the checkpoint's offsets, Spark sees nothing wrong and silently
+skips every record below them. So the checkpoint also keeps the topics' ids (KIP-516) in
+:data:`TOPICS_FILE`, and :func:`check_topics` compares them before every start of the query
+(the first, and each restart after an outage).
 """
 
 from __future__ import annotations
@@ -33,19 +40,24 @@ from lakehouse.errors import DataSafetyError
 __all__ = [
     "META_CHECKPOINT",
     "META_CHECKPOINT_ID",
+    "TOPICS_FILE",
     "Binding",
     "binding_metadata",
     "binding_problem",
     "check_binding",
+    "check_topics",
     "checkpoint_id",
     "has_offsets",
     "read_text",
+    "recreated_topics",
 ]
 
 #: Commit metadata: Spark's query id of the checkpoint the commit's job ran from.
 META_CHECKPOINT_ID: Final = "lakehouse.checkpointId"
 #: Commit metadata: that checkpoint's location (as configured).
 META_CHECKPOINT: Final = "lakehouse.checkpoint"
+#: The ids of the Kafka topics the checkpoint's offsets refer to, kept next to them.
+TOPICS_FILE: Final = "lakehouse-topics.json"
 #: Commits searched, newest first, for the pipeline's last one.
 _HISTORY: Final = 100
 
@@ -197,3 +209,52 @@ def check_binding(checkpoint: str, pipeline_id: str, tables: Iterable[str]) -> N
         )
         if problem is not None:
             raise DataSafetyError(problem, table_uri=uri)
+
+
+def recreated_topics(
+    recorded: dict[str, str], current: dict[str, str]
+) -> dict[str, tuple[str, str]]:
+    """The topics whose id changed: ``{topic: (recorded id, current id)}``. A topic without a
+    recorded or a current id cannot be compared and is left out.
+
+    >>> recreated_topics({"a": "x1", "b": "y1"}, {"a": "x1", "b": "y2", "c": "z1"})
+    {'b': ('y1', 'y2')}
+    """
+    return {
+        t: (old, current[t])
+        for t, old in sorted(recorded.items())
+        if t in current and current[t] != old
+    }
+
+
+def check_topics(checkpoint: str, current: dict[str, str], *, on_recreated: str = "fail") -> None:
+    """Compare the topics' ids with those the checkpoint's offsets were recorded against, then
+    record the current ones (a topic seen for the first time is recorded as it is).
+
+    Raises:
+        DataSafetyError: a topic was recreated and ``on_recreated`` is ``"fail"``.
+    """
+    path = f"{checkpoint.rstrip('/')}/{TOPICS_FILE}"
+    text = read_text(path)
+    try:
+        recorded = dict(json.loads(text)) if text else {}
+    except (ValueError, TypeError):
+        recorded = {}
+    changed = recreated_topics(recorded, current)
+    if changed and on_recreated != "continue" and has_offsets(checkpoint):
+        listed = ", ".join(f"{t!r} (id {old} -> {new})" for t, (old, new) in changed.items())
+        raise DataSafetyError(
+            f"Kafka topic(s) {listed} were deleted and created again since the checkpoint "
+            f"{checkpoint} recorded its offsets: continuing would silently skip the new "
+            "topic's records below those offsets. To read the new topic from its start, run "
+            "with a new checkpoint and a new pipeline_id (starting_offsets = earliest); to go "
+            "on from the recorded offsets on purpose, set kafka.on_recreated_topic = "
+            '"continue"'
+        )
+    merged = {**recorded, **current}
+    if merged == recorded:
+        return
+    fs, inner = _fs(path)
+    fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(inner) as f:
+        f.write(json.dumps(merged, sort_keys=True).encode("utf-8"))

@@ -89,6 +89,10 @@ class KafkaConfig(_Model):
     outage_timeout_ms: int = Field(default=600_000, ge=0)
     outage_backoff_ms: int = Field(default=1_000, gt=0)
     outage_backoff_max_ms: int = Field(default=30_000, gt=0)
+    # A topic deleted and created again since the checkpoint's offsets were recorded (its
+    # topic id changed): "fail" stops before the query starts; "continue" goes on from the
+    # checkpoint's offsets, skipping the new topic's records below them (lakehouse.checkpoint).
+    on_recreated_topic: Literal["fail", "continue"] = "fail"
 
 
 class StreamConfig(_Model):

@@ -133,6 +133,22 @@ def check_kafka_stream(source: KafkaSourceOptions, checkpoint: str) -> None:
         reader.stop()
 
 
+def _check_topic_ids(
+    source: KafkaSourceOptions, checkpoint: str, kafka: KafkaConfig | None
+) -> None:
+    """Refuse a topic recreated since the checkpoint recorded its offsets (see
+    :func:`lakehouse.checkpoint.check_topics`)."""
+    from lakehouse.checkpoint import check_topics
+    from lakehouse.sources.kafka import KafkaOffsetsReader
+
+    reader = KafkaOffsetsReader(source)
+    try:
+        ids = reader.topic_ids()
+    finally:
+        reader.stop()
+    check_topics(checkpoint, ids, on_recreated=kafka.on_recreated_topic if kafka else "fail")
+
+
 def _report(message: str) -> None:
     """One line for the operator on stderr, next to the pipeline's progress lines."""
     print(f"lakehouse: {message}", file=sys.stderr, flush=True)
@@ -419,6 +435,8 @@ def _start(
             fn(df, batch_id)
 
     def start_query() -> StreamingQuery:
+        if source is not None:  # the first start, and every restart after an outage
+            _check_topic_ids(source, cfg.checkpoint, kafka)
         writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
         writer = writer.foreachBatch(fenced)
         if cfg.trigger == "available-now":

@@ -337,6 +337,36 @@ class KafkaMetadata:
             ) from e
         return int(low), int(high)
 
+    def topic_ids(self, topics: list[str]) -> dict[str, str]:
+        """The topic id (KIP-516) of each topic: a new id means the topic was deleted and
+        created again, whatever its offsets. Topics the broker gives no id are left out.
+
+        Raises:
+            SourceError: the brokers cannot be reached within the timeout.
+        """
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        consumer_only = {"group.id", "client.id", "enable.auto.commit", "auto.offset.reset"}
+        admin = AdminClient(
+            {k: v for k, v in self._config.items() if k not in consumer_only}
+            | {"client.id": "lakehouse-admin"}
+            | self._diagnostics.hooks()  # its log lines feed our messages, not stderr
+        )
+        ids: dict[str, str] = {}
+        futures = admin.describe_topics(
+            TopicCollection(sorted(topics)), request_timeout=self._timeout_ms / 1000
+        )
+        for name, future in futures.items():
+            try:
+                described = future.result(timeout=self._timeout_ms / 1000)
+            except Exception as e:
+                raise self._failure(f"describing topic {name!r}", e) from e
+            topic_id = str(described.topic_id) if described.topic_id is not None else ""
+            if topic_id and set(topic_id) - {"0", "-", "A"}:  # the zero id: none known
+                ids[name] = topic_id
+        return ids
+
     def close(self) -> None:
         """Close the consumer; idempotent."""
         if self._consumer is not None:

@@ -403,6 +403,13 @@ class KafkaOffsetsReader:
         """The high watermarks of the subscribed topics, as a stream offset."""
         return positions_to_offset({tp: high for tp, (_, high) in self.watermarks().items()})
 
+    def topic_ids(self) -> dict[str, str]:
+        """The topic id of each subscribed topic (see
+        :meth:`~lakehouse.sources._kafka_client.KafkaMetadata.topic_ids`)."""
+        client = self._client()
+        reader = getattr(client, "topic_ids", None)
+        return reader(sorted(self._options.topics)) if reader is not None else {}
+
     def stop(self) -> None:
         """Close the Kafka client; idempotent."""
         if self._metadata is not None:

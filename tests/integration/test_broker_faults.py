@@ -29,7 +29,7 @@ from pyspark.errors import StreamingQueryException
 from lakehouse import delta
 from lakehouse.config import KafkaConfig, load_settings
 from lakehouse.dimension import layout as L
-from lakehouse.errors import BrokerUnavailableError, SourceError
+from lakehouse.errors import BrokerUnavailableError, DataSafetyError, SourceError
 from lakehouse.runner import SupervisedQuery, check_kafka_stream, start_ingest
 from lakehouse.sources import kafka_stream_options
 from lakehouse.sources.kafka_admin import create_topic, delete_topic, produce
@@ -273,8 +273,19 @@ def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_cho
     create_topic(kafka_broker, kafka_topic, 1)
     produce(kafka_broker, kafka_topic, changes[:2])
 
-    # Spark's source fails (failOnDataLoss stays true); the runner says what happened
-    second = start_ingest(spark, load_settings(cfg))
+    # the topic's id changed: refused before the query starts, naming the topic
+    with pytest.raises(DataSafetyError, match=f"'{kafka_topic}' .*deleted and created again"):
+        start_ingest(spark, load_settings(cfg))
+
+    # told to go on from the checkpoint's offsets, Spark's source fails (failOnDataLoss stays
+    # true): those offsets are not in the new, shorter topic; the runner says what happened
+    onward = tmp_path / "onward.toml"
+    onward.write_text(
+        cfg.read_text().replace(
+            "[kafka.options]", 'on_recreated_topic = "continue"\n[kafka.options]'
+        )
+    )
+    second = start_ingest(spark, load_settings(onward))
     with pytest.raises(SourceError) as failure:
         second.awaitTermination()
     message = str(failure.value)
@@ -306,3 +317,29 @@ def test_offsets_gone_from_a_recreated_topic_fail_clearly_until_the_operator_cho
     assert third.exception() is None
     # the old rows are intact and the recreated topic's two records were read once
     assert delta.row_count(f"{tmp_path}/run/rates") == versions + 2
+
+
+@pytest.mark.slow
+def test_a_recreated_topic_that_grew_past_the_checkpoint_is_refused_not_skipped(
+    spark, tmp_path, kafka_broker, kafka_topic
+):
+    snapshot, changes = _records()
+    create_topic(kafka_broker, kafka_topic, 1)
+    produce(kafka_broker, kafka_topic, snapshot)
+    cfg = _config(tmp_path, "run", kafka_broker, kafka_topic, "available-now")
+    first = start_ingest(spark, load_settings(cfg))
+    first.awaitTermination()
+    assert first.exception() is None
+    versions = delta.row_count(f"{tmp_path}/run/rates")
+
+    # the broker lost the topic; producers wrote more than the checkpoint's offsets since:
+    # Spark alone would start at the old offset and never read the first records
+    delete_topic(kafka_broker, kafka_topic)
+    create_topic(kafka_broker, kafka_topic, 1)
+    produce(kafka_broker, kafka_topic, snapshot + changes)
+    with pytest.raises(DataSafetyError) as refused:
+        start_ingest(spark, load_settings(cfg))
+    message = str(refused.value)
+    assert "continuing would silently skip the new topic's records below those offsets" in message
+    assert "new pipeline_id" in message and 'on_recreated_topic = "continue"' in message
+    assert delta.row_count(f"{tmp_path}/run/rates") == versions  # nothing read, nothing skipped
