@@ -18,6 +18,7 @@ from test_snapshot_signals import T0, Stream, _rates, _raw, _sink, _target
 
 from lakehouse import delta
 from lakehouse.checkpoint import META_CHECKPOINT, META_CHECKPOINT_ID, checkpoint_id
+from lakehouse.delta.table import AUTO_COMPACT
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import phase_of
@@ -323,3 +324,28 @@ def test_records_that_would_break_the_schema_are_dead_lettered_and_the_table_sta
     sink.process(_raw(spark, again), 1)
     assert delta.latest_version(uri) == version
     assert _readable_everywhere(spark, uri) == 3
+
+
+# ------------------------------------------------------------------------ state that only grows
+
+
+def test_tiny_batches_leave_a_bounded_number_of_live_files(spark, tmp_path):
+    # a join's output table gets a few small files per micro-batch; Delta's auto compaction
+    # (on for every table a lakehouse session creates) folds them together as they pile up
+    uri = str(tmp_path / "out")
+    previous = spark.conf.get("spark.databricks.delta.autoCompact.minNumFiles", None)
+    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "6")
+    try:
+        for b in range(20):
+            with delta.batch_scope():
+                delta.append(spark.range(b, b + 1), uri, txn=("p", b), metadata={})
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+        else:
+            spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", previous)
+    assert delta.get_properties(uri)[AUTO_COMPACT] == "true"
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
+    assert detail["numFiles"] <= 6
+    assert sorted(r.id for r in delta.read(spark, uri).collect()) == list(range(20))
+    assert delta.transaction_version(uri, "p") == 19  # exactly once through the compactions
