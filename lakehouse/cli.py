@@ -1002,7 +1002,9 @@ def smoke(
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turning lakehouse errors into one clear line."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode click *returns* the code of a ``typer.Exit`` (a failed quality
+        # check, a failed demo) instead of raising it: it must reach the exit status.
+        code = app(args=argv, standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except LakehouseError as e:
@@ -1014,7 +1016,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         err_console.print(f"[bold red]error:[/] {cause}")
         sys.exit(1)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _lakehouse_cause(e: BaseException) -> str | None:

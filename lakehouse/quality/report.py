@@ -262,7 +262,7 @@ def run_quality_report(
     started_at_ms = int(time.time() * 1000)
     now = started_at_ms if now_ms is None else now_ms
     _check_arguments(probe_id, probe_key, probe_time, max_pending_age_ms, sample_rows)
-    out_dir = Path(report_dir)
+    out_dir = Path(report_dir).absolute()  # Great Expectations wants an absolute path
     suites_path = Path(suites_dir) if suites_dir is not None else default_suites_dir()
     suites = {name: _load_suite_file(suites_path, name) for name in CHECKS}
     pinned = _pin(

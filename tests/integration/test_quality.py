@@ -8,7 +8,10 @@ the snapshot) are injected with ``lakehouse.delta`` functions into a copy of rea
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,3 +401,59 @@ def test_processing_time_rows_without_a_marker_fail(spark, proctime, tmp_path):
     assert sorted(r["id"] for r in proc.failing_rows) == [1, 2, 3, 4]
     # without max_pending_age_ms the age check is skipped, which does not fail the report
     assert report.check("pending_age").status == "skipped"
+
+
+# ------------------------------------------------------------------ the command a scheduler runs
+
+
+def _quality_command(cwd: Path, opts: JoinOptions, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``lakehouse quality``, run from ``cwd`` with a configuration naming the
+    join's tables, as cron or a Databricks job runs it."""
+    cfg = cwd / "lakehouse.toml"
+    cfg.write_text(
+        '[spark]\nmaster = "local[1]"\n'
+        'conf = { "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }\n'
+        f'[join]\npipeline_id = "{opts.pipeline_id}"\nsource = "files"\npath = "{cwd}/probe"\n'
+        f'checkpoint = "{cwd}/checkpoint"\nprobe_schema = "{PROBE_SCHEMA}"\nprobe_key = ["k"]\n'
+        f'probe_time = "ts"\nprobe_id = "id"\nbuild_table = "{opts.build_uri}"\n'
+        f'output_table = "{opts.output_uri}"\npending_table = "{opts.pending_uri}"\n'
+        f'dead_letter_table = "{opts.dead_letter_uri}"\n'
+    )
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), "quality", "-c", str(cfg), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_the_quality_command_exits_1_on_a_failed_check_0_on_success_2_on_misuse(
+    spark, rowtime, tmp_path
+):
+    # healthy tables, the documented relative --report-dir: exit 0, the report where asked
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    opts = _copy_tables(Path(rowtime.output_uri).parent, healthy)
+    ok = _quality_command(healthy, opts, "--report-dir", "quality-report")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert (healthy / "quality-report" / "summary.json").exists()
+
+    # a batch written twice (a replay that skipped the idempotence check): a failed check
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    opts = _copy_tables(Path(rowtime.output_uri).parent, broken)
+    out = delta.read(spark, opts.output_uri)
+    delta.append(out.filter("_batch_id = 1"), opts.output_uri, metadata={"lakehouse.batchId": 1})
+    failed = _quality_command(broken, opts, "--report-dir", "quality-report")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    summary = json.loads((broken / "quality-report" / "summary.json").read_text())
+    assert summary["success"] is False
+
+    # a usage error: 2, one line
+    misuse = _quality_command(broken, opts, "--max-pending-age-ms", "soon")
+    assert misuse.returncode == 2
+    assert "Traceback" not in misuse.stderr
