@@ -97,6 +97,7 @@ DECODE_ERROR_KINDS: Final = frozenset(
         "encoding",
         "too_large",
         "too_deep",
+        "bad_column_name",
     }
 )
 """Every ``CdcDecodeError.kind`` :func:`decode_message` raises."""

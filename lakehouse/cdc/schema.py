@@ -230,8 +230,18 @@ def _decimal_column(
     """The Spark type of a decimal column, and a decoder that checks values fit it.
 
     A value whose integer part is too wide for ``decimal(p,s)`` is an ``invalid_value``:
-    Spark's ``from_json`` would otherwise turn the whole row into nulls. Extra fractional
-    digits are left for Spark to round, as it does for any decimal it reads.
+    Spark's ``from_json`` would otherwise turn the whole row into nulls. So is a value with
+    non-zero fractional digits beyond the scale: Spark would round it silently (trailing
+    zeros are fine).
+
+    Example:
+        >>> decode, typ = _decimal_column(lambda v: Decimal(v), 6, 2)
+        >>> decode("12.5000"), typ
+        (Decimal('12.5000'), 'decimal(6,2)')
+        >>> decode("12.505")
+        Traceback (most recent call last):
+        ...
+        lakehouse.errors.CdcDecodeError: 12.505 has more fractional digits than decimal(6,2) ...
     """
     if scale is None or scale < 0 or scale > 38:
         return decoder, "string"
@@ -243,8 +253,15 @@ def _decimal_column(
 
     def decode(value: Any) -> Decimal:
         result = decoder(value)
-        if result and result.is_finite() and result.adjusted() >= integer_digits:
-            raise _bad(f"{result} does not fit {spark_type}")
+        if result and result.is_finite():
+            if result.adjusted() >= integer_digits:
+                raise _bad(f"{result} does not fit {spark_type}")
+            exponent = result.normalize().as_tuple().exponent
+            if isinstance(exponent, int) and exponent < -scale:
+                raise _bad(
+                    f"{result} has more fractional digits than {spark_type} holds; it would "
+                    "be rounded"
+                )
         return result
 
     return decode, spark_type

@@ -314,6 +314,9 @@ ERROR_CASES = [
         b'"type": "struct", "fields": [{"field": "x", "type": "uint8"}]}]}, '
         b'"payload": {"op": "c", "after": {"x": 1}}}',
     ),
+    ("bad_column_name", b'{"op": "c", "after": {"id": 1, "ID": 2}}'),
+    ("bad_column_name", b'{"op": "c", "after": {"a b": 1}}'),
+    ("too_deep", b'{"op": "c", "after": {"d": ' + b"[" * 40 + b"]" * 40 + b"}}"),
     ("unknown_op", b'{"op": "x", "after": {}}'),
     ("unknown_op", b'{"op": "C", "after": {}}'),
     ("missing_row_image", b'{"op": "c", "after": null}'),

@@ -433,8 +433,16 @@ def test_decimal_that_just_fits():
         "p", "bytes", DECIMAL, parameters={"scale": "2", "connect.decimal.precision": "4"}
     )
     assert _decode_one(field, Decimal("99.99"))[0] == Decimal("99.99")
-    assert _decode_one(field, Decimal("-0.001"))[0] == Decimal("-0.001")  # Spark rounds it
     assert _decode_one(field, 0)[0] == Decimal("0.00")
+    assert _decode_one(field, Decimal("1.2300"))[0] == Decimal("1.2300")  # zeros are no digits
+
+
+def test_decimal_with_more_digits_than_its_scale_is_refused_not_rounded():
+    field = _field(
+        "p", "bytes", DECIMAL, parameters={"scale": "2", "connect.decimal.precision": "4"}
+    )
+    with pytest.raises(CdcDecodeError, match=r"-0.001 has more fractional digits than "):
+        _decode_one(field, Decimal("-0.001"))
 
 
 def test_decimal_keeps_the_messages_digits():
