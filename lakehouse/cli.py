@@ -55,6 +55,28 @@ def _refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
     ensure_free(written_tables(settings, command), take_over=take_over)
 
 
+def _require_build_table(uri: str, *, wait: bool) -> None:
+    """Refuse, before Spark starts, a join whose build table does not exist (a typo would
+    otherwise keep every row pending, exit 0); with ``wait`` say that the join waits."""
+    from lakehouse import delta
+    from lakehouse.errors import TableNotFoundError
+
+    if delta.table_exists(uri):
+        return
+    if wait:
+        _notice(
+            f"build table {uri} does not exist yet: the join waits for it (rows stay pending "
+            "until its snapshot is complete)"
+        )
+        return
+    raise TableNotFoundError(
+        f"build table {uri!r} (join setting build_table) does not exist. Run `lakehouse "
+        "ingest` first or fix the path; to start the join before the ingest on purpose, pass "
+        "--wait-for-build",
+        table_uri=uri,
+    )
+
+
 def _notice(message: str) -> None:
     err_console.print(f"[yellow]{message}[/]")
 
@@ -266,6 +288,13 @@ def join(
             "--take-over", help="Take the output tables' writer lease even from a live job."
         ),
     ] = False,
+    wait_for_build: Annotated[
+        bool,
+        typer.Option(
+            "--wait-for-build",
+            help="Start even when the build table does not exist yet, and wait for it.",
+        ),
+    ] = False,
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
@@ -311,6 +340,7 @@ def join(
     from lakehouse.runner import join_options
 
     join_options(settings.join)  # validates the combination before Spark starts
+    _require_build_table(settings.join.build_table, wait=wait_for_build)
     _refuse_if_written(settings, "join", take_over)
     spark = _spark(settings)
     progress = Progress(err_console)

@@ -194,12 +194,14 @@ class Soak:
         cli = [sys.executable, "-m", "lakehouse.cli"]
         argv = {
             "ingest": [*cli, "ingest", "-c", str(config)],
-            "rowtime": [*cli, "join", "-c", str(config)],
+            # the joins start with the ingest, before it has created the build table
+            "rowtime": [*cli, "join", "-c", str(config), "--wait-for-build"],
             "proctime": [
                 *cli,
                 "join",
                 "-c",
                 str(config),
+                "--wait-for-build",
                 "--mode",
                 "proctime",
                 "--watermark",

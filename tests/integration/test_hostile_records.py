@@ -107,6 +107,24 @@ def test_hostile_batch_is_fully_accounted_for(spark, tmp_path):
     # UTF-16-LE without a BOM is valid UTF-8 (ASCII with NUL bytes), just not JSON
     assert kinds[14] == "malformed_json"
 
+    # the tables open with every reader users point at them, and a replay changes nothing
+    import polars as pl
+    from deltalake import DeltaTable
+
+    for uri in (str(tmp_path / "build"), str(tmp_path / "dlq")):
+        if not delta.table_exists(uri):
+            continue
+        n = delta.row_count(uri)
+        assert DeltaTable(uri).to_pyarrow_table().num_rows == n
+        assert pl.read_delta(uri).height == n
+    versions_before = {
+        uri: delta.latest_version(uri)
+        for uri in (str(tmp_path / "build"), str(tmp_path / "dlq"))
+        if delta.table_exists(uri)
+    }
+    sink.process(raw, 0)
+    assert {uri: delta.latest_version(uri) for uri in versions_before} == versions_before
+
 
 def test_nan_and_infinity_land_in_double_columns_as_themselves(spark, tmp_path):
     # as Debezium's JsonConverter sends them for double columns; not NULL

@@ -52,3 +52,26 @@ def test_snapshot_complete_needs_a_reason(capsys):
 def test_failpoints_parse_names_and_batches(monkeypatch):
     monkeypatch.setenv("LAKEHOUSE_FAILPOINTS", "join.after_output@2, join.after_output@5,x")
     assert _armed() == {"join.after_output": {2, 5}, "x": None}
+
+
+def test_a_join_whose_build_table_does_not_exist_is_refused_before_spark(capsys, tmp_path):
+    argv = [
+        "join",
+        "--source", "files",
+        "--path", str(tmp_path / "orders"),
+        "--probe-schema", "id bigint, k string",
+        "--probe-key", "k",
+        "--mode", "proctime",
+        "--watermark", "none",
+        "--build-table", str(tmp_path / "no-such-table"),
+        "--output-table", str(tmp_path / "out"),
+        "--pending-table", str(tmp_path / "pending"),
+        "--dead-letter-table", str(tmp_path / "dlq"),
+        "--checkpoint", str(tmp_path / "ck"),
+        "--pipeline-id", "j",
+    ]  # fmt: skip
+    code, out = _run(argv, capsys)
+    assert code == 1
+    said = " ".join(out.err.split())  # rich wraps at the terminal's width
+    assert f"error: build table '{tmp_path / 'no-such-table'}' (join setting build_table) " in said
+    assert "--wait-for-build" in out.err and "Traceback" not in out.err
