@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def _raw(spark, messages, *, first_offset=0):
 
 
 T0 = 1_700_000_000_000
+#: A probe time that passes every earlier one and is no future time (the join refuses those).
+WALL_CLOCK_MS = int(time.time() * 1000)
 MINUTE = 60_000
 
 
@@ -149,7 +152,8 @@ def _join_orders(spark, tmp: Path, build: str, name: str, times: list[int]):
         for i, ts in enumerate(times)
         for j, c in enumerate(("EUR", "GBP", "JPY", "CHF", "USD"))
     ]
-    probes.append({"id": 10**6, "currency": "EUR", "ts": 10**14})  # moves the watermark on
+    # moves the watermark on (a time from the past: the join dead-letters far-future times)
+    probes.append({"id": 10**6, "currency": "EUR", "ts": WALL_CLOCK_MS})
     TemporalJoin(opts, num_buckets=2).process(raw_records(spark, probes), 0)
     out = delta.read(spark, opts.output_uri).collect()
     return [(r.id, r.rate, r._matched, r._build_event_time) for r in out]
@@ -242,7 +246,7 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
         join_type="left",
     )
     TemporalJoin(opts, num_buckets=2).process(
-        raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 10**13}]), 0
+        raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 10**12}]), 0
     )
     assert {r._build_version for r in delta.read(spark, opts.output_uri).collect()} == {referenced}
     expected = delta.read(spark, build, version=referenced).collect()
