@@ -155,3 +155,22 @@ def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
         for i, v in enumerate(value):
             out += json_paths(v, (*prefix, i))
     return out
+
+
+def join_options(**overrides: Any) -> Any:
+    """:class:`lakehouse.join.JoinOptions` of a row-time join over placeholder tables (for
+    decisions tested without Spark); ``overrides`` replace any setting."""
+    from lakehouse.join import JoinOptions
+
+    base: dict[str, Any] = dict(
+        build_uri="b",
+        output_uri="o",
+        pending_uri="p",
+        dead_letter_uri="d",
+        pipeline_id="j",
+        probe_schema="id bigint, k string, ts bigint",
+        probe_key=("k",),
+        probe_time="ts",
+    )
+    base.update(overrides)
+    return JoinOptions(**base)

@@ -4,6 +4,7 @@ errors that name the setting."""
 from __future__ import annotations
 
 import pytest
+from helpers import join_options
 
 from lakehouse import delta
 from lakehouse.cli import _duration_ms, _time_ms, main
@@ -14,18 +15,7 @@ from lakehouse.join import JoinOptions
 
 
 def _options(**kw) -> JoinOptions:
-    base = dict(
-        build_uri="b",
-        output_uri="o",
-        pending_uri="p",
-        dead_letter_uri="d",
-        pipeline_id="j",
-        probe_schema="id bigint, k string, ts bigint",
-        probe_key=("k",),
-        probe_time="ts",
-    )
-    base.update(kw)
-    return JoinOptions(**base)
+    return join_options(**kw)
 
 
 def test_pending_bound_options_are_validated():

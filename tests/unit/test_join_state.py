@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from helpers import join_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,18 +34,7 @@ BUILD = BuildChannelState(
 
 
 def _options(**kw) -> JoinOptions:
-    base = dict(
-        build_uri="b",
-        output_uri="o",
-        pending_uri="p",
-        dead_letter_uri="d",
-        pipeline_id="j",
-        probe_schema="k string, t bigint",
-        probe_key=("k",),
-        probe_time="t",
-    )
-    base.update(kw)
-    return JoinOptions(**base)
+    return join_options(**{**dict(probe_schema="k string, t bigint", probe_time="t"), **kw})
 
 
 def _meta(batch: int, state: JoinState | None = None, plan: ReleasePlan | None = None):
