@@ -177,7 +177,9 @@ class JoinConfig(StreamConfig):
     dead_letter_table: str
     mode: Literal["rowtime", "proctime"] = "rowtime"
     join_type: Literal["inner", "left"] = "inner"
-    watermark: Literal["bounded", "ascending", "none"] = "bounded"
+    # None: "bounded" for row time; for processing time "none" (FLIP-326: the probe side
+    # gives no event-time watermark unless the user configures one)
+    watermark: Literal["bounded", "ascending", "none"] | None = None
     out_of_orderness_ms: int = Field(default=0, ge=0)
     late_policy: Literal["join", "dead-letter"] = "join"
     build_idle_timeout_ms: int | None = Field(default=None, gt=0)

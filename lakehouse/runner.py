@@ -572,7 +572,7 @@ def join_options(cfg: JoinConfig) -> Any:
         build_key=tuple(cfg.build_key),
         mode=cfg.mode,
         join_type=cfg.join_type,
-        watermark=cfg.watermark,
+        watermark=cfg.watermark or ("none" if cfg.mode == "proctime" else "bounded"),
         out_of_orderness_ms=cfg.out_of_orderness_ms,
         late_policy=cfg.late_policy,
         build_idle_timeout_ms=cfg.build_idle_timeout_ms,

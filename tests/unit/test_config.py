@@ -99,3 +99,18 @@ def test_missing_file_and_bad_toml(tmp_path):
         load_settings(tmp_path / "nope.toml", environ={})
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings(_file(tmp_path, "[join\n"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("extra", "watermark"),
+    [
+        ('mode = "rowtime"\n', "bounded"),
+        ('mode = "proctime"\n', "none"),  # FLIP-326: no event-time watermark from the probe
+        ('mode = "proctime"\nwatermark = "bounded"\n', "bounded"),  # unless asked for
+    ],
+)
+def test_processing_time_has_no_probe_watermark_unless_configured(tmp_path, extra, watermark):
+    from lakehouse.runner import join_options
+
+    settings = load_settings(_file(tmp_path, JOIN + extra), environ={})
+    assert join_options(settings.join).watermark == watermark
