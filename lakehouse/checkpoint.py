@@ -47,6 +47,7 @@ __all__ = [
     "check_binding",
     "check_topics",
     "checkpoint_id",
+    "checkpoint_sources",
     "has_offsets",
     "read_text",
     "recreated_topics",
@@ -93,6 +94,28 @@ def has_offsets(checkpoint: str) -> bool:
     except (OSError, ValueError):
         return True
     return any(i.base_name.isdigit() for i in infos)
+
+
+def checkpoint_sources(checkpoint: str) -> int | None:
+    """How many sources the query's newest offsets-log entry records (Spark refuses a restart
+    whose query has another number), or None when the checkpoint has none yet.
+
+    An entry is ``v1``, a metadata line, then one line per source.
+    """
+    import pyarrow.fs as pafs
+
+    try:
+        fs, inner = _fs(f"{checkpoint.rstrip('/')}/offsets")
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    except (OSError, ValueError):
+        return None
+    batches = sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+    if not batches:
+        return None
+    text = read_text(f"{checkpoint.rstrip('/')}/offsets/{batches[-1]}")
+    if not text:
+        return None
+    return max(len(text.splitlines()) - 2, 0)
 
 
 def checkpoint_id(checkpoint: str) -> str | None:

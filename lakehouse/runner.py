@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.checkpoint import has_offsets
+from lakehouse.checkpoint import checkpoint_sources, has_offsets
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
 from lakehouse.errors import ConfigError
 
@@ -606,7 +606,18 @@ def start_join(
     cfg: JoinConfig | None = settings.join
     if cfg is None:
         raise ConfigError("no [join] section in the configuration", setting="join")
-    ticks = cfg.trigger == "processing-time"
+    # The tick source is in every join's stream, whatever the trigger: a processing-time
+    # trigger runs a batch every interval even when the probe is quiet, an available-now run
+    # runs one batch even with no new probe rows (pending rows move when the build table
+    # moved), and the query's source list is the same for every trigger, so a checkpoint can
+    # change trigger. Checkpoints written before it have one source; they keep running without.
+    ticks = checkpoint_sources(cfg.checkpoint) != 1
+    if not ticks and on_notice is not None:
+        on_notice(
+            f"checkpoint {cfg.checkpoint} was written by a join without the tick source: "
+            "pending rows move only when probe rows arrive, and the trigger cannot change; "
+            "a new checkpoint (with a new pipeline_id) gets both"
+        )
     operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch, ticks=ticks)
     source = kafka_stream(cfg, settings.kafka) if cfg.source == "kafka" else None
     stream = open_stream(spark, cfg, settings.kafka)
