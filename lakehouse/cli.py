@@ -613,6 +613,8 @@ def _project_tables(settings: Any) -> dict[str, str]:
         j = settings.join
         for location in (j.build_table, j.output_table, j.pending_table, j.dead_letter_table):
             tables[Path(location).name] = location
+    for location in settings.maintenance.lineage_outputs:  # the other joins' outputs
+        tables[Path(location).name] = location
     return {name.replace("-", "_"): loc for name, loc in tables.items()}
 
 

@@ -481,7 +481,9 @@ def _lag(s: dict[str, Any]) -> str:
 
 
 def _toml(cfg: dict[str, Any]) -> str:
-    """The demo's settings as a lakehouse.toml (the row-time join as [join])."""
+    """The demo's settings as a lakehouse.toml: the row-time join as [join], the
+    processing-time join's output under [maintenance] lineage_outputs (so `lakehouse sql`
+    knows it, and `lakehouse vacuum` keeps the build versions it references)."""
 
     def value(v: Any) -> str:
         if isinstance(v, str):
@@ -500,6 +502,7 @@ def _toml(cfg: dict[str, Any]) -> str:
         "kafka": cfg["kafka"],
         "ingest": cfg["ingest"],
         "join": cfg["rowtime"],
+        "maintenance": {"lineage_outputs": [cfg["proctime"]["output_table"]]},
     }
     for name, section in sections.items():
         lines.append(f"[{name}]")

@@ -75,3 +75,16 @@ def test_a_join_whose_build_table_does_not_exist_is_refused_before_spark(capsys,
     said = " ".join(out.err.split())  # rich wraps at the terminal's width
     assert f"error: build table '{tmp_path / 'no-such-table'}' (join setting build_table) " in said
     assert "--wait-for-build" in out.err and "Traceback" not in out.err
+
+
+def test_the_demo_configuration_names_both_joins_for_sql_and_vacuum(tmp_path):
+    from lakehouse.cli import _project_tables
+    from lakehouse.config import load_settings
+    from lakehouse.demo.run import _config, _toml
+
+    (tmp_path / "lakehouse.toml").write_text(_toml(_config(tmp_path, "files", None)))
+    settings = load_settings(tmp_path / "lakehouse.toml", environ={})
+    proctime = str(tmp_path / "tables" / "orders_proctime")
+    assert settings.maintenance.lineage_outputs == [proctime]
+    tables = _project_tables(settings)
+    assert tables["orders_proctime"] == proctime and "orders_rowtime" in tables
