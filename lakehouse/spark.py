@@ -90,10 +90,6 @@ DEFAULT_CONF: Mapping[str, str] = {
     # whenever a batch sees a new version; the default 50 partitions make each of those jobs
     # schedule 50 tasks for a log of a few kilobytes.
     "spark.databricks.delta.snapshotPartitions": "2",
-    # Every table a lakehouse session creates compacts its small files as it grows (Delta's
-    # auto compaction, a table property other writers honour too): a long-running join
-    # appends a few small files per micro-batch, and readers would open every one of them.
-    "spark.databricks.delta.properties.defaults.autoOptimize.autoCompact": "true",
     # Stopping a streaming query while a Python data source call is in flight makes Spark's
     # interrupt handling run a deeply recursive regex; the default 1 MiB thread stack overflows
     # (a StackOverflowError dump of ~1000 lines). A larger stack lets it finish.

@@ -59,8 +59,9 @@ FILE_READABLE_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
 
-#: The table property that makes Delta compact a table's small files after a write that
-#: leaves many of them (``spark.databricks.delta.autoCompact.minNumFiles``, default 50).
+#: The table property that makes Delta compact a table's small files after a write
+#: (``spark.databricks.delta.autoCompact.minNumFiles``). Not set by default: Delta also runs
+#: it right after any write of several small files, a commit and a job more per batch.
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 #: Session setting through which Delta takes ``userMetadata`` for SQL commands.
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -571,9 +572,7 @@ def create_table(
         check_compatible(uri, schema, allow_new_columns=False, existing=snap.schema)
         return snap.version
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
-    # small files are compacted as the table grows, also in sessions lakehouse did not build
-    properties = {AUTO_COMPACT: "true", **(properties or {})}
-    for key, value in properties.items():
+    for key, value in (properties or {}).items():
         builder = builder.property(key, str(value))
     try:
         with _sql_metadata(spark, metadata):
