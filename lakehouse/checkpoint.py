@@ -83,25 +83,9 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def has_offsets(checkpoint: str) -> bool:
-    """Whether Spark has planned a batch in ``checkpoint`` (its ``offsets`` log has an entry);
-    True when that cannot be read (callers then assume the checkpoint is in use)."""
-    import pyarrow.fs as pafs
-
-    try:
-        fs, inner = _fs(f"{checkpoint.rstrip('/')}/offsets")
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-    except (OSError, ValueError):
-        return True
-    return any(i.base_name.isdigit() for i in infos)
-
-
-def checkpoint_sources(checkpoint: str) -> int | None:
-    """How many sources the query's newest offsets-log entry records (Spark refuses a restart
-    whose query has another number), or None when the checkpoint has none yet.
-
-    An entry is ``v1``, a metadata line, then one line per source.
-    """
+def _offset_batches(checkpoint: str) -> list[int] | None:
+    """The batch ids in the query's write-ahead offsets log (``<checkpoint>/offsets``),
+    ascending; None when the log cannot be read."""
     import pyarrow.fs as pafs
 
     try:
@@ -109,7 +93,24 @@ def checkpoint_sources(checkpoint: str) -> int | None:
         infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
     except (OSError, ValueError):
         return None
-    batches = sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+    return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+
+
+def has_offsets(checkpoint: str) -> bool:
+    """Whether Spark has planned a batch in ``checkpoint`` (its ``offsets`` log has an entry);
+    True when that cannot be read (callers then assume the checkpoint is in use)."""
+    batches = _offset_batches(checkpoint)
+    return batches is None or bool(batches)
+
+
+def checkpoint_sources(checkpoint: str) -> int | None:
+    """How many sources the query's newest offsets-log entry records (Spark refuses a restart
+    whose query has another number), or None when the checkpoint has none yet (or its log
+    cannot be read).
+
+    An entry is ``v1``, a metadata line, then one line per source.
+    """
+    batches = _offset_batches(checkpoint)
     if not batches:
         return None
     text = read_text(f"{checkpoint.rstrip('/')}/offsets/{batches[-1]}")
