@@ -1365,11 +1365,9 @@ def _void_fallback(ddl: str) -> DataType | None:
     """The type a column seen only as ``ddl`` gets when it must have one: an empty array is
     kept as an empty ``array<string>`` (a later typed array fits it, element-wise or as
     text), a bare NULL gets nothing (None)."""
-    from pyspark.sql.types import StructType
-
     if "void" not in ddl or ddl == "void":
         return None
-    return StructType.fromDDL(f"x {ddl.replace('void', 'string')}").fields[0].dataType
+    return _parse_type(ddl.replace("void", "string"))
 
 
 def _empty_like(uri: str) -> DataFrame:

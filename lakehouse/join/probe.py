@@ -150,6 +150,15 @@ def parse(
     future = F.lit(False) if limit is None else F.coalesce(t_ms > F.lit(limit), F.lit(False))
     raw_time = F.col("_r")[time_col].cast("string") if time_col else F.lit(None)
     unit = options.probe_time_unit
+
+    def holds(why: str) -> Column:
+        """The reason a time value is refused: the column, the value (cut), why."""
+        return F.concat(
+            F.lit(f"probe_time column '{time_col}' holds '"),
+            F.substring(raw_time, 1, 80),
+            F.lit(f"'{why}"),
+        )
+
     error = (
         F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty record"))
         .when(corrupt, F.lit("not a JSON object matching probe_schema"))
@@ -157,23 +166,12 @@ def parse(
             missing.isNotNull(),
             F.concat(F.lit("required column '"), missing, F.lit("' is missing or NULL")),
         )
-        .when(
-            no_time,
-            F.concat(
-                F.lit(f"probe_time column '{time_col}' holds '"),
-                F.substring(raw_time, 1, 80),
-                F.lit(f"', neither an ISO-8601 time nor an epoch number (in {unit})"),
-            ),
-        )
+        .when(no_time, holds(f", neither an ISO-8601 time nor an epoch number (in {unit})"))
         .when(
             future,
-            F.concat(
-                F.lit(f"probe_time column '{time_col}' holds '"),
-                F.substring(raw_time, 1, 80),
-                F.lit(
-                    f"', more than max_future_ms = {options.max_future_ms} past the wall "
-                    f"clock (read as epoch {unit}; check probe_time_unit)"
-                ),
+            holds(
+                f", more than max_future_ms = {options.max_future_ms} past the wall clock "
+                f"(read as epoch {unit}; check probe_time_unit)"
             ),
         )
     )
