@@ -18,6 +18,7 @@ from lakehouse.delta.table import create_table as create_table
 from lakehouse.delta.table import files_at as files_at
 from lakehouse.delta.table import get_properties as get_properties
 from lakehouse.delta.table import history as history
+from lakehouse.delta.table import inexact as inexact
 from lakehouse.delta.table import latest_version as latest_version
 from lakehouse.delta.table import overwrite as overwrite
 from lakehouse.delta.table import read as read
@@ -30,6 +31,7 @@ from lakehouse.delta.table import spark_schema_to_arrow as spark_schema_to_arrow
 from lakehouse.delta.table import table_exists as table_exists
 from lakehouse.delta.table import table_schema as table_schema
 from lakehouse.delta.table import transaction_version as transaction_version
+from lakehouse.delta.table import widen_columns as widen_columns
 
 __all__ = [
     "NAMESPACE",
@@ -45,6 +47,7 @@ __all__ = [
     "files_at",
     "get_properties",
     "history",
+    "inexact",
     "latest_version",
     "overwrite",
     "read",
@@ -57,4 +60,5 @@ __all__ = [
     "table_exists",
     "table_schema",
     "transaction_version",
+    "widen_columns",
 ]

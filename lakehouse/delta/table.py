@@ -28,6 +28,7 @@ import collections
 import contextlib
 import contextvars
 import json
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,11 +43,16 @@ from lakehouse.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 #: Prefix of every key lakehouse writes into table properties and commit metadata.
 NAMESPACE = "lakehouse."
+
+log = logging.getLogger("lakehouse.delta")
+
+#: How a write treats columns the table lacks and types that differ (see :func:`append`).
+SchemaMode = Literal["strict", "merge", "widen"]
 
 #: Commit metadata: ``lakehouse.*`` keys; values are stringified (non-strings as JSON).
 Metadata = Mapping[str, Any] | None
@@ -613,6 +619,85 @@ def set_properties(
     return _after_write(spark, uri).version
 
 
+def widen_columns(
+    uri: str,
+    types: Mapping[str, DataType],
+    *,
+    metadata: Metadata = None,
+    spark: SparkSession | None = None,
+) -> int:
+    """Change columns to wider types (:func:`lakehouse.delta.types.widened`) in one commit
+    that rewrites the table's rows with the new types, and return its version.
+
+    Every row, property and application transaction stays; older versions stay readable
+    with their old types by time travel. Delta's ``typeWidening`` feature is not used: it
+    would make the table unreadable to delta-rs and Polars (:mod:`lakehouse.delta.types`).
+    The cost is one rewrite of the table per change, which a column's type makes rarely.
+
+    Raises:
+        SchemaMismatchError: a type is not a widening of the column's, a column is missing,
+            or a value the table holds would not survive the change (``bigint`` values
+            beyond 2^53 into ``double``); the message names the column and the value.
+    """
+    from pyspark.sql import functions as F
+
+    from lakehouse.delta.types import value_checked, widened
+
+    spark = _session(spark)
+    snap = snapshot(uri, spark=spark).require()
+    current = {f.name: f.dataType for f in snap.schema.fields}
+    for name, new in types.items():
+        old = current.get(name)
+        if old is None or widened(old, new) != new:
+            have = "no such column" if old is None else f"type {old.simpleString()}"
+            raise SchemaMismatchError(
+                f"Delta table '{uri}': column '{name}' ({have}) cannot widen to "
+                f"{new.simpleString()}",
+                table_uri=uri,
+            )
+    df = read(spark, uri, version=snap.version)
+    for name, new in types.items():
+        if value_checked(current[name], new):
+            lost = inexact(F.col(name), current[name], new)
+            bad = df.filter(lost).select(F.col(name).cast("string").alias("v")).first()
+            if bad is not None:
+                raise SchemaMismatchError(
+                    f"Delta table '{uri}': column '{name}' cannot widen from "
+                    f"{current[name].simpleString()} to {new.simpleString()}: it holds "
+                    f"{bad['v']}, which {new.simpleString()} does not hold exactly",
+                    table_uri=uri,
+                )
+    widened_df = df.select(
+        *[
+            F.col(f.name).cast(types[f.name]).alias(f.name) if f.name in types else F.col(f.name)
+            for f in snap.schema.fields
+        ]
+    )
+    writer = widened_df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    text = _user_metadata(metadata)
+    if text is not None:
+        writer = writer.option("userMetadata", text)
+    writer.save(uri)
+    return _after_write(spark, uri).version
+
+
+def inexact(column: Column, old: DataType, new: DataType) -> Column:
+    """True where a non-NULL value of ``column`` (of type ``old``) is not the same value
+    once cast to ``new``: the check behind :func:`lakehouse.delta.types.value_checked`
+    changes (arrays: any element)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DecimalType
+
+    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
+        return F.coalesce(
+            F.exists(column, lambda x: inexact(x, old.elementType, new.elementType)), F.lit(False)
+        )
+    exact = DecimalType(38, 0)
+    return column.isNotNull() & ~column.try_cast(new).try_cast(exact).eqNullSafe(
+        column.try_cast(exact)
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Reading
 
@@ -708,7 +793,7 @@ def append(
     *,
     txn: tuple[str, int] | None = None,
     metadata: Metadata = None,
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     max_files: int | None = None,
     snap: TableSnapshot | None = None,
 ) -> WriteResult:
@@ -723,7 +808,10 @@ def append(
         metadata: ``lakehouse.*`` keys for the commit's ``userMetadata`` (values are
             stringified; non-strings as JSON). They appear in :func:`history`.
         schema_mode: ``"merge"`` adds the DataFrame's new columns to the table (older rows
-            read NULL); ``"strict"`` refuses them. Type changes are always refused.
+            read NULL); ``"strict"`` refuses them; both refuse type changes. ``"widen"``
+            merges, and meets a type change without loss: a column whose values fit the
+            table's type is cast to it, a table column whose values fit the DataFrame's
+            type is widened to it first (:func:`widen_columns`, a commit of its own).
         max_files: coalesce the DataFrame to at most this many files first (small batches
             otherwise leave one small file per Spark partition).
         snap: the batch's snapshot of the table, when it has one (saves a look at the log;
@@ -779,7 +867,7 @@ def _write(
     mode: Literal["append", "overwrite"],
     txn: tuple[str, int] | None,
     metadata: Metadata,
-    schema_mode: Literal["strict", "merge"],
+    schema_mode: SchemaMode,
     max_files: int | None,
     snap: TableSnapshot | None,
 ) -> WriteResult:
@@ -788,8 +876,10 @@ def _write(
     if snap.exists:
         if txn is not None and snap.records(*txn):
             return WriteResult(version=snap.version, skipped=True, rows=0)
+        if schema_mode == "widen":
+            df, snap = _meet_types(df, uri, snap)
         check_compatible(
-            uri, df.schema, allow_new_columns=schema_mode == "merge", existing=snap.schema
+            uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
         )
     writer = (df.coalesce(max_files) if max_files else df).write.format("delta").mode(mode)
     if txn is not None:
@@ -797,7 +887,7 @@ def _write(
     text = _user_metadata(metadata)
     if text is not None:
         writer = writer.option("userMetadata", text)
-    if schema_mode == "merge":
+    if schema_mode != "strict":
         writer = writer.option("mergeSchema", "true")
     try:
         writer.save(uri)
@@ -826,6 +916,44 @@ def _write(
                 return WriteResult(version=past.version, skipped=False, rows=past.rows)
         return WriteResult(version=after.version, skipped=True, rows=0)
     return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
+
+
+def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame, TableSnapshot]:
+    """The ``"widen"`` schema mode of :func:`append`: cast what fits the table, widen the
+    table where the data is wider, refuse the rest (:func:`check_compatible` then names it)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.delta.types import fits, widened
+
+    table = {f.name: f.dataType for f in snap.schema.fields}
+    casts: dict[str, DataType] = {}
+    wider: dict[str, DataType] = {}
+    for f in df.schema.fields:
+        have = table.get(f.name)
+        if have is None or same_type(have, f.dataType):
+            continue
+        if fits(f.dataType, have):
+            casts[f.name] = have
+        elif widened(have, f.dataType) == f.dataType:
+            wider[f.name] = f.dataType
+    if casts:
+        df = df.select(
+            *[F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in df.columns]
+        )
+    if wider:
+        changes = ", ".join(
+            f"{c} {table[c].simpleString()} -> {t.simpleString()}" for c, t in wider.items()
+        )
+        log.warning("Delta table %s: widening %s (one rewrite of the table)", uri, changes)
+        # not the data commit's metadata: a batch's keys belong to its data commit alone
+        widen_columns(
+            uri,
+            wider,
+            metadata={"lakehouse.reason": f"columns widened: {changes}"},
+            spark=df.sparkSession,
+        )
+        snap = snapshot(uri, spark=df.sparkSession)
+    return df, snap
 
 
 def _java_class(e: BaseException) -> str:

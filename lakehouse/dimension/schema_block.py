@@ -9,6 +9,12 @@ What the ingest does with the columns of the Debezium row image (see :mod:`.sink
 * **a dropped column** stays in the table and reads NULL in the versions written after;
 * **a value that fits the column losslessly** is accepted: a narrower integer, ``float`` into
   ``double``, a decimal with no more integer digits and no more scale than the column's;
+* **a value that needs a wider type** widens the column when one type holds every value of
+  both (:func:`lakehouse.delta.types.widened`: a wider integer, ``double`` next to a fraction,
+  a decimal with more digits): the table is rewritten with it before the batch's data commit
+  (:func:`lakehouse.delta.widen_columns`); ``bigint`` to ``double`` only when every stored
+  value survives, and later integers a double does not hold are dead-lettered
+  (``invalid_value``);
 * **anything else is an incompatible type change.** The record is dead-lettered
   (``schema_mismatch``, the reason names column, table type, record type and table) and the
   table is **blocked on schema**.
@@ -61,12 +67,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
+from lakehouse.delta.types import fits as fits
 from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
 
 #: Dead-letter kinds that belong to a schema block.
 BLOCK_KINDS = ("schema_mismatch", "schema_blocked")
@@ -160,57 +166,6 @@ def blocked_total(uri: str) -> int:
 def now_iso() -> str:
     """The current time, ISO-8601 UTC, milliseconds."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-# --------------------------------------------------------------------------------- type fit
-
-_INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
-
-
-def fits(record: DataType, table: DataType) -> bool:
-    """Whether values of the record's type go into the table's column without loss.
-
-    >>> from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType
-    >>> fits(IntegerType(), LongType()), fits(LongType(), IntegerType())
-    (True, False)
-    >>> fits(DecimalType(10, 2), DecimalType(12, 4)), fits(DecimalType(12, 4), DecimalType(10, 2))
-    (True, False)
-    >>> fits(StringType(), LongType())
-    False
-
-    A string column holds any value as its JSON text (Spark's ``from_json`` reads a number,
-    an object or an array into a string field as its text), and arrays fit element-wise:
-
-    >>> from pyspark.sql.types import ArrayType
-    >>> fits(ArrayType(LongType()), StringType()), fits(LongType(), StringType())
-    (True, True)
-    >>> fits(ArrayType(IntegerType()), ArrayType(LongType()))
-    True
-    """
-    from pyspark.sql.types import ArrayType, DecimalType, DoubleType, FloatType, StringType
-
-    if record == table:
-        return True
-    if isinstance(table, StringType):
-        return True
-    if isinstance(record, ArrayType) and isinstance(table, ArrayType):
-        return fits(record.elementType, table.elementType)
-    r, t = record.simpleString(), table.simpleString()
-    if r in _INTEGRAL_RANK and t in _INTEGRAL_RANK:
-        return _INTEGRAL_RANK[r] <= _INTEGRAL_RANK[t]
-    if isinstance(table, DoubleType) and (
-        isinstance(record, FloatType) or r in ("tinyint", "smallint", "int")
-    ):
-        return True
-    if isinstance(table, DecimalType):
-        if isinstance(record, DecimalType):
-            return (
-                record.scale <= table.scale
-                and record.precision - record.scale <= table.precision - table.scale
-            )
-        digits = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}.get(r)
-        return digits is not None and digits <= table.precision - table.scale
-    return False
 
 
 # ----------------------------------------------------------------------------------- resolve
@@ -423,7 +378,7 @@ def _append_replay(uri: str, plan: _Replay, block: SchemaBlock, reason: str) -> 
                 "sinceVersion": block.since_version,
             },
         },
-        schema_mode="merge",
+        schema_mode="widen",
         max_files=2,
     )
     plan.rows.unpersist()

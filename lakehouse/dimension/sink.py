@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
+from lakehouse.delta.types import fits, value_checked, widened
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.marker import (
@@ -61,7 +62,6 @@ from lakehouse.dimension.marker import (
 from lakehouse.dimension.schema_block import (
     SchemaBlock,
     blocked_total,
-    fits,
     now_iso,
     open_block,
     set_block,
@@ -86,7 +86,7 @@ from lakehouse.failpoints import failpoint
 from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("lakehouse.dimension")
@@ -678,7 +678,7 @@ class BuildSink:
                 uri,
                 txn=(self.pipeline_id, batch_id),
                 metadata=metadata,
-                schema_mode="merge",
+                schema_mode="widen",
                 max_files=2,
             )
         finally:
@@ -1091,20 +1091,36 @@ def _plan_target(
             if typ is not None:
                 fallback.setdefault(n, typ)
         cols = [(n, _parse_type(t)) for n, t in raw_cols]
-        clash = next(
-            ((n, t) for n, t in cols if t is not None and n in chosen and not fits(t, chosen[n])),
-            None,
-        )
+        wider: dict[str, DataType] = {}
+        clash = None
+        for n, t in cols:
+            if t is None or n not in chosen or fits(t, chosen[n]):
+                continue
+            # a type both hold without loss: the column widens (the table is rewritten
+            # with it before the data commit); otherwise a true conflict blocks the table
+            w = widened(t, chosen[n])
+            spark = decoded.sparkSession
+            held = None if w is None else _value_not_held(spark, uri, n, table_types.get(n), w)
+            if w is None or held is not None:
+                clash = (n, t, held)
+                break
+            wider[n] = w
         if clash is not None:
-            name, typ = clash
+            name, typ, held = clash
             incompatible[r["_row_columns"]] = (
                 name,
                 typ.simpleString(),
                 chosen[name].simpleString(),
                 f"column '{name}' has type {typ.simpleString()} in this record but "
-                f"{chosen[name].simpleString()} in build table '{uri}'",
+                f"{chosen[name].simpleString()} in build table '{uri}'"
+                + (
+                    ""
+                    if held is None
+                    else f", which holds {held} (not exact as {typ.simpleString()})"
+                ),
             )
             continue
+        chosen.update(wider)
         compatible.append(r["_row_columns"])
         for n, t in cols:
             if n in chosen or n in order:
@@ -1196,6 +1212,22 @@ def _plan_target(
             kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
     parsed = F.from_json(F.coalesce(F.col("_row_json"), F.col("_key_json")), value_struct)
     mine = mine.withColumn("_v", parsed)
+    # bigint values going into a double column (widened, or widened before): each is
+    # checked, and one a double does not hold exactly is dead-lettered, never rounded
+    for name, (record_type, sets) in _value_checks(summary, compatible, chosen).items():
+        exact = F.from_json(F.col("_row_json"), StructType([StructField(name, record_type, True)]))[
+            name
+        ]
+        lost = F.col("_row_columns").isin(*sets) & delta.inexact(exact, record_type, chosen[name])
+        reason = F.when(reason.isNotNull(), reason).when(
+            lost,
+            F.concat(
+                F.lit(f"column '{name}' holds "),
+                exact.cast("string"),
+                F.lit(f", which its type {chosen[name].simpleString()} does not hold exactly"),
+            ),
+        )
+        kind = F.when(kind.isNotNull(), kind).when(lost, F.lit("invalid_value"))
     event_time = _event_time_expr(target, F.col("_v"), chosen)
     key_null = F.lit(False)
     for k in key_columns:
@@ -1267,6 +1299,40 @@ def _plan_target(
         evidence=evidence,
         blocked_count=mismatched + held_count if evidence is not None else 0,
     )
+
+
+def _value_not_held(
+    spark: SparkSession, uri: str, name: str, old: DataType | None, new: DataType
+) -> str | None:
+    """A value of the table's column that would not survive widening it from ``old`` to
+    ``new`` (as text), or None when every value does (or the change is exact by type)."""
+    if old is None or not value_checked(old, new):
+        return None
+    from pyspark.sql import functions as F
+
+    bad = (
+        delta.read(spark, uri)
+        .filter(delta.inexact(F.col(name), old, new))
+        .select(F.col(name).cast("string").alias("v"))
+        .first()
+    )
+    return None if bad is None else str(bad["v"])
+
+
+def _value_checks(
+    summary: list[Any], compatible: list[str], chosen: Mapping[str, DataType]
+) -> dict[str, tuple[DataType, list[str]]]:
+    """Per column, the record type and the column sets (``_row_columns``) whose values must
+    be checked one by one to go into the column's chosen type (:func:`value_checked`)."""
+    checks: dict[str, tuple[DataType, list[str]]] = {}
+    for r in summary:
+        if r["_row_columns"] not in compatible:
+            continue
+        for n, t in json.loads(r["_row_columns"] or "[]"):
+            typ = _parse_type(t)
+            if typ is not None and n in chosen and value_checked(typ, chosen[n]):
+                checks.setdefault(n, (typ, []))[1].append(r["_row_columns"])
+    return checks
 
 
 def _block_evidence(

@@ -248,17 +248,54 @@ def test_a_build_change_from_the_far_future_is_dead_lettered_not_a_version(spark
 # ---------------------------------------------------------------- records that change a schema
 
 
-def _change(i: int, after: dict, *, op: str = "u") -> bytes:
+def _change(i: int, after: dict, *, op: str = "u", snapshot: str | None = None) -> bytes:
     """A schemaless Debezium change (no Connect schema, as with ``schemas.enable=false``)."""
+    source = {"ts_ms": 1_700_000_000_000 + i, "db": "shop", "table": "items"}
+    if snapshot is not None:
+        source["snapshot"] = snapshot
     return json.dumps(
-        {
-            "op": op,
-            "before": None,
-            "after": after,
-            "source": {"ts_ms": 1_700_000_000_000 + i, "db": "shop", "table": "items"},
-            "ts_ms": 1_700_000_000_000 + i,
-        }
+        {"op": op, "before": None, "after": after, "source": source, "ts_ms": source["ts_ms"]}
     ).encode()
+
+
+def _typed_change(i: int, after: dict[str, tuple[str, object]]) -> bytes:
+    """A Debezium change with its Connect schema (``schemas.enable=true``): ``after`` maps
+    each column to its Connect type and value."""
+    row = {
+        "type": "struct",
+        "optional": True,
+        "fields": [{"type": t, "optional": True, "field": n} for n, (t, _) in after.items()],
+    }
+    source = {
+        "type": "struct",
+        "optional": False,
+        "field": "source",
+        "fields": [
+            {"type": "int64", "optional": False, "field": "ts_ms"},
+            {"type": "string", "optional": False, "field": "db"},
+            {"type": "string", "optional": False, "field": "table"},
+        ],
+    }
+    schema = {
+        "type": "struct",
+        "optional": False,
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            source,
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+    ts = 1_700_000_000_000 + i
+    payload = {
+        "op": "u",
+        "before": None,
+        "after": {n: v for n, (_, v) in after.items()},
+        "source": {"ts_ms": ts, "db": "shop", "table": "items"},
+        "ts_ms": ts,
+    }
+    return json.dumps({"schema": schema, "payload": payload}).encode()
 
 
 def _readable_everywhere(spark, uri: str) -> int:
@@ -324,6 +361,125 @@ def test_records_that_would_break_the_schema_are_dead_lettered_and_the_table_sta
     sink.process(_raw(spark, again), 1)
     assert delta.latest_version(uri) == version
     assert _readable_everywhere(spark, uri) == 3
+
+
+# ------------------------------------------------------------------------------ type changes
+
+
+def _items_sink(tmp_path, name: str = "items", key: str = "id") -> tuple[BuildSink, str]:
+    uri = str(tmp_path / name)
+    sink = BuildSink(
+        [BuildTarget(uri, key_columns=(key,))],
+        dead_letter_uri=str(tmp_path / "dlq"),
+        pipeline_id="ingest",
+    )
+    return sink, uri
+
+
+def _dead(spark, tmp_path) -> dict[int, tuple[str, str]]:
+    return {
+        d._offset: (d._error_kind, d._error)
+        for d in delta.read(spark, str(tmp_path / "dlq")).collect()
+    }
+
+
+def test_schemaless_numbers_that_grow_widen_their_column_instead_of_blocking(spark, tmp_path):
+    from decimal import Decimal
+
+    from pyspark.sql.types import ArrayType, DecimalType, DoubleType, LongType
+
+    sink, uri = _items_sink(tmp_path)
+    first = {"id": 1, "x": 1, "y": 5, "arr": [1]}
+    sink.process(_raw(spark, [("cdc", 0, 0, None, _change(0, first), T0)]), 0)
+    schema = delta.table_schema(uri)
+    assert (schema["x"].dataType, schema["y"].dataType) == (LongType(), LongType())
+
+    # 1 then 1.5, 5 then 2^70, [1] then [0.5]: each column widens, nothing is blocked
+    grown = {"id": 2, "x": 1.5, "y": 2**70, "arr": [0.5]}
+    batch = _raw(spark, [("cdc", 0, 1, None, _change(1, grown), T0)])
+    report = sink.process(batch, 1)
+    assert report.dead_lettered == 0
+    schema = delta.table_schema(uri)
+    assert schema["x"].dataType == DoubleType()
+    assert schema["y"].dataType == DecimalType(38, 0)
+    assert schema["arr"].dataType == ArrayType(DoubleType())
+    assert not delta.get_properties(uri).get(L.PROP_SCHEMA_BLOCK)
+    rows = {r.id: (r.x, r.y, r.arr) for r in delta.read(spark, uri).collect()}
+    assert rows == {1: (1.0, Decimal(5), [1.0]), 2: (1.5, Decimal(2**70), [0.5])}
+    version = delta.latest_version(uri)
+    assert "columns widened" in delta.history(uri, limit=2)[1].metadata["lakehouse.reason"]
+    sink.process(batch, 1)  # a replay: the table is wide already, and the batch committed
+    assert delta.latest_version(uri) == version
+
+    # an integer goes into the double column when a double holds it exactly; one beyond
+    # 2^53 that it does not is dead-lettered with the value, never rounded
+    later = [
+        ("cdc", 0, 2, None, _change(2, {"id": 3, "x": 7}), T0),
+        ("cdc", 0, 3, None, _change(3, {"id": 4, "x": 2**53 + 1}), T0),
+    ]
+    report = sink.process(_raw(spark, later), 2)
+    assert report.dead_lettered == 1
+    kind, reason = _dead(spark, tmp_path)[3]
+    assert kind == "invalid_value" and "holds 9007199254740993" in reason
+    assert {r.id: r.x for r in delta.read(spark, uri).collect()}[3] == 7.0
+    assert _readable_everywhere(spark, uri) == 3
+
+
+def test_a_wider_connect_type_or_a_payload_only_record_widens_the_typed_column(spark, tmp_path):
+    from pyspark.sql.types import DoubleType, FloatType, IntegerType, LongType
+
+    sink, uri = _items_sink(tmp_path)
+    typed = {"id": ("int32", 1), "qty": ("int32", 5), "price": ("float", 1.5)}
+    sink.process(_raw(spark, [("cdc", 0, 0, None, _typed_change(0, typed), T0)]), 0)
+    schema = delta.table_schema(uri)
+    assert (schema["qty"].dataType, schema["price"].dataType) == (IntegerType(), FloatType())
+
+    # the source widened qty (ALTER COLUMN TYPE bigint), then a record came without schema
+    wider = {"id": ("int32", 2), "qty": ("int64", 3_000_000_000), "price": ("float", 2.5)}
+    records = [
+        ("cdc", 0, 1, None, _typed_change(1, wider), T0),
+        ("cdc", 0, 2, None, _change(2, {"id": 3, "qty": 6, "price": 0.1}), T0),
+    ]
+    assert sink.process(_raw(spark, records), 1).dead_lettered == 0
+    schema = delta.table_schema(uri)
+    assert schema["qty"].dataType == LongType()
+    assert schema["price"].dataType == DoubleType()
+    assert schema["id"].dataType == LongType()
+    rows = {r.id: (r.qty, r.price) for r in delta.read(spark, uri).collect()}
+    assert rows == {1: (5, 1.5), 2: (3_000_000_000, 2.5), 3: (6, 0.1)}
+    assert _readable_everywhere(spark, uri) == 3
+
+
+def test_a_widening_that_would_lose_a_stored_value_blocks_and_names_it(spark, tmp_path):
+    sink, uri = _items_sink(tmp_path)
+    stored = {"id": 1, "x": 2**53 + 1}
+    sink.process(_raw(spark, [("cdc", 0, 0, None, _change(0, stored), T0)]), 0)
+    sink.process(_raw(spark, [("cdc", 0, 1, None, _change(1, {"id": 2, "x": 0.5}), T0)]), 1)
+    kind, reason = _dead(spark, tmp_path)[1]
+    assert kind == "schema_mismatch"
+    assert "holds 9007199254740993 (not exact as double)" in reason
+    assert delta.get_properties(uri)[L.PROP_SCHEMA_BLOCK]
+    assert delta.table_schema(uri)["x"].dataType.simpleString() == "bigint"
+
+
+def test_the_join_output_widens_with_its_build_table(spark, tmp_path):
+    from test_snapshot_signals import _join, _orders
+
+    sink, uri = _items_sink(tmp_path, "rates", key="currency")
+    snap = _change(0, {"currency": "EUR", "rate": 1}, op="r", snapshot="last")
+    sink.process(_raw(spark, [("cdc", 0, 0, None, snap, T0)]), 0)
+    assert phase_of(delta.get_properties(uri)) == "complete"
+    join, s = _join(tmp_path, uri), Stream()
+    join.process(_orders(spark, s, [(1, "EUR")]), 0)
+
+    sink.process(
+        _raw(spark, [("cdc", 0, 1, None, _change(1, {"currency": "EUR", "rate": 1.5}), T0)]), 1
+    )
+    join.process(_orders(spark, s, [(2, "EUR")]), 1)
+    out = str(tmp_path / "out")
+    assert delta.table_schema(out)["rate"].dataType.simpleString() == "double"
+    assert {r.id: r.rate for r in delta.read(spark, out).collect()} == {1: 1.0, 2: 1.5}
+    assert _readable_everywhere(spark, out) == 2
 
 
 # ------------------------------------------------------------------------ state that only grows
