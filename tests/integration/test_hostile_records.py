@@ -169,10 +169,13 @@ def test_nan_and_infinity_land_in_double_columns_as_themselves(spark, tmp_path):
     assert math.isnan(row.nan_x) and row.inf_y == float("-inf")
 
 
+# Each example is four Spark batches: a fixed (derandomized) set of six keeps CI's run the
+# same every time; raise max_examples and drop derandomize to explore further.
 @settings(
     max_examples=6,
     deadline=None,
     database=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(seeds=st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2))
