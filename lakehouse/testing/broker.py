@@ -331,12 +331,24 @@ class KafkaBroker:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=STOP_TIMEOUT_S)
 
+    def pause(self) -> None:
+        """SIGSTOP the broker: a hung broker, whose sockets accept connections and requests
+        but never answer (unlike a dead one, whose connections are refused)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused broker."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the broker by its process id: terminate, then kill after ``STOP_TIMEOUT_S``."""
         atexit.unregister(self.stop)
         process = self.process
         if process is None or process.poll() is not None:
             return
+        process.send_signal(signal.SIGCONT)  # a paused broker cannot act on the terminate
         process.terminate()
         try:
             process.wait(timeout=STOP_TIMEOUT_S)

@@ -152,6 +152,46 @@ def test_broker_killed_mid_stream_is_reported_ridden_out_and_resumed(spark, tmp_
         broker.stop()
 
 
+def test_a_hung_broker_is_reported_within_the_configured_timeout(tmp_path):
+    # SIGSTOP: the broker's sockets still accept, nothing answers; the Java client's timeouts
+    # (socket.timeout.ms = 2000 here) must end the wait, not Spark's 120 s poll default
+    snapshot, changes = _records()
+    broker = KafkaBroker(tmp_path / "broker")
+    job = None
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, "rates", 1)
+        produce(broker.bootstrap, "rates", snapshot)
+        cfg = _config(tmp_path, "hung", broker.bootstrap, "rates", "processing-time")
+        log = tmp_path / "ingest.log"
+        with open(log, "wb") as fh:
+            job = subprocess.Popen(
+                [sys.executable, "-m", "lakehouse.cli", "ingest", "-c", str(cfg)],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "COLUMNS": "4000"},
+            )
+        _wait_for(log, job, "ingest batch 0")
+        broker.pause()
+        paused = time.monotonic()
+        _wait_for(log, job, f"Kafka at '{broker.bootstrap}' is unreachable")
+        reported_after = time.monotonic() - paused
+        # 2 s of client timeout, then a query restart; far from the 45 s and more seen before
+        assert reported_after < 30, f"reported after {reported_after:.0f} s"
+        broker.resume()
+        produce(broker.bootstrap, "rates", changes)
+        _wait_for(log, job, f"Kafka at '{broker.bootstrap}' answers again")
+        _wait_for(log, job, "ingest batch 1")
+        job.send_signal(signal.SIGINT)
+        assert job.wait(timeout=DEADLINE_S) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        if job is not None and job.poll() is None:
+            job.kill()
+            job.wait()
+        broker.stop()
+
+
 def _supervised(spark, bootstrap: str, checkpoint: Path, rows: list, **kafka: int):
     """A supervised query of topic 't' (the runner's restart logic without a sink's tables)
     whose batches append their rows to ``rows``."""
