@@ -1,12 +1,15 @@
-"""Files per table after many tiny micro-batches, with Delta's auto compaction and without.
+"""Files per table after many tiny micro-batches: the default compaction cadence, Delta's
+auto compaction, and neither.
 
 A processing-time left join runs ``batches`` micro-batches of one probe row each through the
 project's operator (``TemporalJoin.process``, the foreachBatch handler), against a small
 complete build table. Afterwards, for the output, pending and dead-letter tables: the live
 files of the latest version (``DESCRIBE DETAIL``'s ``numFiles``: what a reader opens), the
 parquet files on disk (what ``VACUUM`` would reclaim), the versions, and the seconds per batch.
-Run once with the tables' auto compaction on (the product's default) and once off, side by side
-in one process, so the ratio is measured on the same machine load.
+Run three ways side by side in one process, so the ratios are measured on the same machine
+load: ``default`` (appends compact every ``spark.lakehouse.compactEveryVersions`` = 100
+versions), ``auto_compact`` (Delta's ``delta.autoOptimize.autoCompact`` on every table, the
+cadence off) and ``no_compaction`` (both off).
 
 Usage: ``python -m bench.files '{"batches": 1000}'`` (prints a ``BENCH-RESULT`` line), or the
 ``files`` section of ``python -m bench.run``.
@@ -52,13 +55,16 @@ def _files_on_disk(uri: str) -> int:
     return sum(1 for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts)
 
 
-def _run(spark: Any, root: Path, batches: int, *, compact: bool) -> dict[str, Any]:
+def _run(spark: Any, root: Path, batches: int, *, config: str) -> dict[str, Any]:
     from pyspark.sql.types import StructType
 
+    from lakehouse.delta.table import COMPACT_EVERY_CONF, COMPACT_EVERY_VERSIONS
     from lakehouse.join import JoinOptions, TemporalJoin
     from lakehouse.sources.schema import RAW_SCHEMA_DDL
 
-    spark.conf.set(_DEFAULT_PROPERTY, "true" if compact else "false")
+    spark.conf.set(_DEFAULT_PROPERTY, "true" if config == "auto_compact" else "false")
+    every = COMPACT_EVERY_VERSIONS if config == "default" else 0
+    spark.conf.set(COMPACT_EVERY_CONF, str(every))
     build = str(root / "build")
     _build(spark, build)
     options = JoinOptions(
@@ -102,13 +108,13 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     from lakehouse.spark import get_spark
 
     batches = int(spec.get("batches", 1000))
-    configs = spec.get("configs", ["auto_compact", "no_compaction"])
+    configs = spec.get("configs", ["default", "auto_compact", "no_compaction"])
     spark = get_spark(conf={"spark.sql.shuffle.partitions": "1"})
     result: dict[str, Any] = {"batches": batches}
     with tempfile.TemporaryDirectory(prefix="bench-files-") as tmp:
         for name in configs:
             root = Path(tmp) / name
-            result[name] = _run(spark, root, batches, compact=name == "auto_compact")
+            result[name] = _run(spark, root, batches, config=name)
             shutil.rmtree(root, ignore_errors=True)
     return result
 

@@ -14,6 +14,7 @@ from lakehouse.delta.table import batch_scope as batch_scope
 from lakehouse.delta.table import check_compatible as check_compatible
 from lakehouse.delta.table import commit_info as commit_info
 from lakehouse.delta.table import commit_metadata as commit_metadata
+from lakehouse.delta.table import compact_files as compact_files
 from lakehouse.delta.table import create_table as create_table
 from lakehouse.delta.table import files_at as files_at
 from lakehouse.delta.table import get_properties as get_properties
@@ -43,6 +44,7 @@ __all__ = [
     "check_compatible",
     "commit_info",
     "commit_metadata",
+    "compact_files",
     "create_table",
     "files_at",
     "get_properties",

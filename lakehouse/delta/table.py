@@ -69,6 +69,13 @@ FILE_READABLE_FEATURES = frozenset(
 #: (``spark.databricks.delta.autoCompact.minNumFiles``). Not set by default: Delta also runs
 #: it right after any write of several small files, a commit and a job more per batch.
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+#: Appends compact a table's small files (Delta's ``OPTIMIZE``: bin-packing, a commit of its
+#: own that changes no rows) each time its version passes a multiple of this: a table a
+#: micro-batch appends to every batch then reads a bounded number of live files, at the cost
+#: of one ``OPTIMIZE`` job per this many versions. The Spark setting
+#: :data:`COMPACT_EVERY_CONF` overrides it; 0 turns it off.
+COMPACT_EVERY_VERSIONS = 100
+COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
 #: Session setting through which Delta takes ``userMetadata`` for SQL commands.
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 #: SQL commands that carry commit metadata set it on the session: one at a time.
@@ -796,6 +803,7 @@ def append(
     schema_mode: SchemaMode = "strict",
     max_files: int | None = None,
     snap: TableSnapshot | None = None,
+    compact_every: int | None = None,
 ) -> WriteResult:
     """Append a DataFrame to the table, creating the table when it does not exist.
 
@@ -816,10 +824,15 @@ def append(
             otherwise leave one small file per Spark partition).
         snap: the batch's snapshot of the table, when it has one (saves a look at the log;
             its app transactions are the ones Delta's own check then uses).
+        compact_every: when the commit takes the table's version past a multiple of this,
+            its small files are compacted right after (:func:`compact_files`); 0: never;
+            None: the session's :data:`COMPACT_EVERY_CONF`, else
+            :data:`COMPACT_EVERY_VERSIONS`.
 
     Returns:
-        What was written. An empty DataFrame still commits (recording the transaction and
-        the metadata), so every batch leaves a trace in the history.
+        What was written (the data commit, not a compaction's). An empty DataFrame still
+        commits (recording the transaction and the metadata), so every batch leaves a trace
+        in the history.
 
     Raises:
         SchemaMismatchError: see :func:`check_compatible`.
@@ -833,6 +846,7 @@ def append(
         schema_mode=schema_mode,
         max_files=max_files,
         snap=snap,
+        compact_every=compact_every,
     )
 
 
@@ -870,6 +884,7 @@ def _write(
     schema_mode: SchemaMode,
     max_files: int | None,
     snap: TableSnapshot | None,
+    compact_every: int | None = 0,
 ) -> WriteResult:
     spark = df.sparkSession
     snap = snap if snap is not None else snapshot(uri, spark=spark)
@@ -909,6 +924,11 @@ def _write(
         raise
     after = _after_write(spark, uri)
     info = after.commit(after.version)
+    before = snap.version if snap.exists else -1
+    if compact_every is None:
+        compact_every = int(spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS)))
+    if mode == "append" and _crossed(before, after.version, compact_every):
+        compact_files(uri, spark=spark)
     if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
         # Delta skipped it: the transaction arrived in a commit after our snapshot
         for past in after.commits(max(after.version - snap.version, 1)):
@@ -916,6 +936,28 @@ def _write(
                 return WriteResult(version=past.version, skipped=False, rows=past.rows)
         return WriteResult(version=after.version, skipped=True, rows=0)
     return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
+
+
+def _crossed(before: int, after: int, every: int) -> bool:
+    """Whether versions ``before`` -> ``after`` passed a multiple of ``every`` (0: never).
+
+    >>> _crossed(99, 100, 100), _crossed(100, 101, 100), _crossed(98, 103, 100)
+    (True, False, True)
+    """
+    return every > 0 and after // every > before // every
+
+
+def compact_files(uri: str, *, spark: SparkSession | None = None) -> int | None:
+    """Compact the table's small files with Delta's ``OPTIMIZE`` (bin-packing into files of
+    ``spark.databricks.delta.optimize.maxFileSize``): one commit that changes no rows, keeps
+    properties and app transactions, and leaves the replaced files for vacuum. Returns its
+    version, or None when there was nothing to compact (Delta then commits nothing)."""
+    spark = _session(spark)
+    before = snapshot(uri, spark=spark).require().version
+    with _sql_metadata(spark, {"lakehouse.reason": "compacted small files"}):
+        spark.sql(f"OPTIMIZE {_quote(uri)}")
+    after = _after_write(spark, uri).version
+    return after if after > before else None
 
 
 def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame, TableSnapshot]:

@@ -506,3 +506,26 @@ def test_with_auto_compaction_tiny_batches_leave_a_bounded_number_of_live_files(
     assert detail["numFiles"] <= 6
     assert sorted(r.id for r in delta.read(spark, uri).collect()) == list(range(20))
     assert delta.transaction_version(uri, "p") == 19  # exactly once through the compactions
+
+
+def test_appends_compact_small_files_every_so_many_versions_by_default(spark, tmp_path):
+    # a micro-batch appends a file or two each batch; every compact_every versions they are
+    # bin-packed (a commit that changes no rows), so readers open a bounded number of files
+    uri = str(tmp_path / "out")
+    delta.create_table(uri, spark.range(0).schema)
+    for b in range(25):
+        with delta.batch_scope():
+            delta.append(spark.range(b, b + 1), uri, txn=("p", b), compact_every=10)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
+    assert detail["numFiles"] <= 10 + 1  # one compacted file and the batches since; else 25
+    compactions = [c for c in delta.history(uri, limit=40) if c.operation == "OPTIMIZE"]
+    assert len(compactions) == 2
+    assert all(c.metadata["lakehouse.reason"] == "compacted small files" for c in compactions)
+    assert sorted(r.id for r in delta.read(spark, uri).collect()) == list(range(25))
+    assert delta.transaction_version(uri, "p") == 24  # exactly once through the compactions
+    version = delta.latest_version(uri)
+    assert delta.append(spark.range(24, 25), uri, txn=("p", 24)).skipped
+    assert delta.latest_version(uri) == version
+    assert delta.compact_files(uri) == version + 1  # by hand: the rest, in one file
+    assert delta.compact_files(uri) is None  # nothing left to compact: no commit
+    assert _readable_everywhere(spark, uri) == 25
