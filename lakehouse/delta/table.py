@@ -928,7 +928,13 @@ def _write(
     if compact_every is None:
         compact_every = int(spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS)))
     if mode == "append" and _crossed(before, after.version, compact_every):
-        compact_files(uri, spark=spark)
+        try:
+            compact_files(uri, spark=spark)
+        except Exception as e:
+            # maintenance after a committed write: a lost race with another writer of the
+            # table (a shared dead-letter table) must not fail the batch; the next multiple
+            # tries again
+            log.warning("Delta table %s: compaction skipped: %s", uri, _first_line(e))
     if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
         # Delta skipped it: the transaction arrived in a commit after our snapshot
         for past in after.commits(max(after.version - snap.version, 1)):
