@@ -90,6 +90,17 @@ def _build_rows(spark, uri: str):
     return delta.read(spark, uri).select(*cols).collect()
 
 
+def _ingest_process(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``lakehouse ingest -c cfg`` as a process of its own, its output going to ``log``."""
+    with open(log, "wb") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.cli", "ingest", "-c", str(cfg)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "4000"},
+        )
+
+
 def _wait_for(log: Path, proc: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while what not in log.read_text(errors="replace"):
@@ -110,13 +121,7 @@ def test_broker_killed_mid_stream_is_reported_ridden_out_and_resumed(spark, tmp_
         produce(broker.bootstrap, topic, snapshot)
         cfg = _config(tmp_path, "outage", broker.bootstrap, topic, "processing-time")
         log = tmp_path / "ingest.log"
-        with open(log, "wb") as fh:
-            job = subprocess.Popen(
-                [sys.executable, "-m", "lakehouse.cli", "ingest", "-c", str(cfg)],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "COLUMNS": "4000"},
-            )
+        job = _ingest_process(cfg, log)
         _wait_for(log, job, "ingest batch 0")
 
         # the broker dies (SIGKILL); the query fails, the runner reports it and backs off
@@ -164,13 +169,7 @@ def test_a_hung_broker_is_reported_within_the_configured_timeout(tmp_path):
         produce(broker.bootstrap, "rates", snapshot)
         cfg = _config(tmp_path, "hung", broker.bootstrap, "rates", "processing-time")
         log = tmp_path / "ingest.log"
-        with open(log, "wb") as fh:
-            job = subprocess.Popen(
-                [sys.executable, "-m", "lakehouse.cli", "ingest", "-c", str(cfg)],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "COLUMNS": "4000"},
-            )
+        job = _ingest_process(cfg, log)
         _wait_for(log, job, "ingest batch 0")
         broker.pause()
         paused = time.monotonic()
