@@ -199,11 +199,6 @@ class KafkaSourceOptions:
                 setting="failOnDataLoss",
             )
         starting = _parse_starting_offsets(opts.get("startingoffsets", "earliest"), topics)
-        if "default.api.timeout.ms" in java:
-            # an executor's read waits for records up to this, by default Spark's network
-            # timeout (120 s): a hung broker would go unreported that long whatever the
-            # client's own timeouts (socket.timeout.ms) say
-            passed.setdefault("kafkaConsumer.pollTimeoutMs", java["default.api.timeout.ms"])
         spark_options = {
             **{f"kafka.{k}": v for k, v in java.items()},
             "subscribe": ",".join(topics),

@@ -499,12 +499,3 @@ def test_unreachable_brokers_are_recognised_in_query_failures(text, unreachable)
 def test_arrow_schema_is_what_spark_expects_for_the_raw_schema():
     # the files source yields Arrow batches of this schema
     assert arrow_schema().equals(to_arrow_schema(RAW_SCHEMA, timezone="UTC"))
-
-
-def test_the_client_timeout_bounds_an_executors_wait_for_records_unless_given():
-    # Spark's own default (its 120 s network timeout) would hide a hung broker that long
-    derived = options(**{"kafka.socket.timeout.ms": "2000"})
-    assert derived.spark_options["kafkaConsumer.pollTimeoutMs"] == "2000"
-    given = options(**{"kafka.socket.timeout.ms": "2000", "kafkaConsumer.pollTimeoutMs": "9000"})
-    assert given.spark_options["kafkaConsumer.pollTimeoutMs"] == "9000"
-    assert "kafkaConsumer.pollTimeoutMs" not in options().spark_options
