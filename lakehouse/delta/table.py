@@ -947,10 +947,14 @@ def _write(
 def _crossed(before: int, after: int, every: int) -> bool:
     """Whether versions ``before`` -> ``after`` passed a multiple of ``every`` (0: never).
 
+    A new table (``before`` -1) has crossed nothing at its first commit.
+
     >>> _crossed(99, 100, 100), _crossed(100, 101, 100), _crossed(98, 103, 100)
     (True, False, True)
+    >>> _crossed(-1, 0, 100), _crossed(-1, 1, 100)
+    (False, False)
     """
-    return every > 0 and after // every > before // every
+    return every > 0 and after // every > max(before, 0) // every
 
 
 def compact_files(uri: str, *, spark: SparkSession | None = None) -> int | None:
