@@ -17,6 +17,7 @@ from lakehouse.delta.table import commit_metadata as commit_metadata
 from lakehouse.delta.table import compact_files as compact_files
 from lakehouse.delta.table import create_table as create_table
 from lakehouse.delta.table import files_at as files_at
+from lakehouse.delta.table import first_inexact as first_inexact
 from lakehouse.delta.table import get_properties as get_properties
 from lakehouse.delta.table import history as history
 from lakehouse.delta.table import inexact as inexact
@@ -47,6 +48,7 @@ __all__ = [
     "compact_files",
     "create_table",
     "files_at",
+    "first_inexact",
     "get_properties",
     "history",
     "inexact",

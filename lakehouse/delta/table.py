@@ -648,7 +648,7 @@ def widen_columns(
     """
     from pyspark.sql import functions as F
 
-    from lakehouse.delta.types import value_checked, widened
+    from lakehouse.delta.types import widened
 
     spark = _session(spark)
     snap = snapshot(uri, spark=spark).require()
@@ -664,16 +664,14 @@ def widen_columns(
             )
     df = read(spark, uri, version=snap.version)
     for name, new in types.items():
-        if value_checked(current[name], new):
-            lost = inexact(F.col(name), current[name], new)
-            bad = df.filter(lost).select(F.col(name).cast("string").alias("v")).first()
-            if bad is not None:
-                raise SchemaMismatchError(
-                    f"Delta table '{uri}': column '{name}' cannot widen from "
-                    f"{current[name].simpleString()} to {new.simpleString()}: it holds "
-                    f"{bad['v']}, which {new.simpleString()} does not hold exactly",
-                    table_uri=uri,
-                )
+        bad = first_inexact(df, name, current[name], new)
+        if bad is not None:
+            raise SchemaMismatchError(
+                f"Delta table '{uri}': column '{name}' cannot widen from "
+                f"{current[name].simpleString()} to {new.simpleString()}: it holds "
+                f"{bad}, which {new.simpleString()} does not hold exactly",
+                table_uri=uri,
+            )
     widened_df = df.select(
         *[
             F.col(f.name).cast(types[f.name]).alias(f.name) if f.name in types else F.col(f.name)
@@ -686,6 +684,21 @@ def widen_columns(
         writer = writer.option("userMetadata", text)
     writer.save(uri)
     return _after_write(spark, uri).version
+
+
+def first_inexact(df: DataFrame, name: str, old: DataType, new: DataType) -> str | None:
+    """A value of column ``name`` (of type ``old``) that would not survive a change to
+    ``new``, as text; None when every value does, or when the change is exact by type
+    (:func:`lakehouse.delta.types.value_checked` is false: no job runs)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.delta.types import value_checked
+
+    if not value_checked(old, new):
+        return None
+    lost = inexact(F.col(name), old, new)
+    bad = df.filter(lost).select(F.col(name).cast("string").alias("v")).first()
+    return None if bad is None else str(bad["v"])
 
 
 def inexact(column: Column, old: DataType, new: DataType) -> Column:

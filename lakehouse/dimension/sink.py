@@ -1306,17 +1306,9 @@ def _value_not_held(
 ) -> str | None:
     """A value of the table's column that would not survive widening it from ``old`` to
     ``new`` (as text), or None when every value does (or the change is exact by type)."""
-    if old is None or not value_checked(old, new):
+    if old is None:
         return None
-    from pyspark.sql import functions as F
-
-    bad = (
-        delta.read(spark, uri)
-        .filter(delta.inexact(F.col(name), old, new))
-        .select(F.col(name).cast("string").alias("v"))
-        .first()
-    )
-    return None if bad is None else str(bad["v"])
+    return delta.first_inexact(delta.read(spark, uri), name, old, new)
 
 
 def _value_checks(
