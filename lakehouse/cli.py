@@ -104,9 +104,9 @@ def _with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
     return notify
 
 
-def _run_query(query: Any, what: str) -> None:
+def _run_query(query: Any, what: str) -> bool:
     """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid, the
-    writer lease is released)."""
+    writer lease is released). True when the query ended by itself (not by Ctrl-C)."""
     import signal
 
     # PySpark's SIGINT handler calls into the JVM from inside the handler, which breaks (a
@@ -119,7 +119,7 @@ def _run_query(query: Any, what: str) -> None:
     except KeyboardInterrupt:
         err_console.print(f"[yellow]stopping {what} (Ctrl-C); it resumes from its checkpoint[/]")
         query.stop()
-        return
+        return False
     finally:
         signal.signal(signal.SIGINT, previous)
     if query.exception() is not None:
@@ -130,6 +130,7 @@ def _run_query(query: Any, what: str) -> None:
         from lakehouse.errors import WriterLeaseError
 
         raise WriterLeaseError(str(lost()), table_uri="")
+    return True
 
 
 # ---------------------------------------------------------------------------------- ingest
@@ -295,6 +296,22 @@ def join(
             help="Start even when the build table does not exist yet, and wait for it.",
         ),
     ] = False,
+    until_complete: Annotated[
+        bool,
+        typer.Option(
+            "--until-complete",
+            help="Bounded run: read the probe input available now, end it, release every "
+            "row the build side can answer; exit 3 if any row is left pending.",
+        ),
+    ] = False,
+    build_complete: Annotated[
+        bool,
+        typer.Option(
+            "--build-complete",
+            help="With --until-complete: the build table holds every change up to the probe's "
+            "times, so the end releases every row (once the snapshot marker is set).",
+        ),
+    ] = False,
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
@@ -332,6 +349,8 @@ def join(
         trigger=trigger,
         interval=interval,
         pipeline_id=pipeline_id,
+        until_complete=until_complete or None,
+        build_complete=build_complete or None,
     )
     settings = load_settings(
         config,
@@ -344,18 +363,68 @@ def join(
     _refuse_if_written(settings, "join", take_over)
     spark = _spark(settings)
     progress = Progress(err_console)
+    plans: list[Any] = []
+
+    def on_batch(report: Any) -> None:
+        progress.join(report)
+        if report.plan is not None:
+            plans.append(report.plan)
+
     query = start_join(
         spark,
         settings,
-        on_batch=_with_schema_block_notice(progress.join, settings.join.build_table),
+        on_batch=_with_schema_block_notice(on_batch, settings.join.build_table),
         take_over=take_over,
         on_notice=_notice,
     )
+    cfg = settings.join
     err_console.print(
-        f"join [bold]{settings.join.pipeline_id}[/] running ({settings.join.mode}, "
-        f"{settings.join.trigger}); checkpoint {settings.join.checkpoint}"
+        f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
+        f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}"
     )
-    _run_query(query, "join")
+    if _run_query(query, "join") and cfg.until_complete:
+        _finish_bounded_run(cfg, plans[-1] if plans else None)
+
+
+def _finish_bounded_run(cfg: Any, plan: Any) -> None:
+    """After a ``--until-complete`` run: one line saying it is complete, or why rows are
+    left pending and what to do (exit 3: a scheduler's retry after the ingest finishes it)."""
+    from lakehouse.join.operator import last_state
+    from lakehouse.time import Watermark
+
+    state = last_state(
+        output_uri=cfg.output_table,
+        pending_uri=cfg.pending_table,
+        dead_letter_uri=cfg.dead_letter_table,
+        pipeline_id=cfg.pipeline_id,
+    )
+    pending = 0 if state is None else state.pending_rows
+    if not pending:
+        err_console.print(
+            f"[green]join {cfg.pipeline_id} complete:[/] the probe input is joined, nothing "
+            f"is pending (output {cfg.output_table})"
+        )
+        return
+    if plan is None or plan.build_version is None:
+        why = f"build table {cfg.build_table} does not exist yet; run `lakehouse ingest`"
+    elif plan.build == Watermark.MIN:
+        why = (
+            f"build table {cfg.build_table} has no snapshot marker yet (its snapshot is "
+            "loading): nothing joins a half-loaded dimension; run the ingest until the "
+            "snapshot completes"
+        )
+    else:
+        why = (
+            f"their times are after the build watermark {plan.build}: the build table may "
+            "still change there. Run `lakehouse ingest` to move it, set "
+            "join.build_idle_timeout_ms for a quiet dimension, or pass --build-complete if "
+            "the build table already holds every change up to the probe's times"
+        )
+    err_console.print(
+        f"[bold yellow]join {cfg.pipeline_id} incomplete:[/] {pending} row(s) left pending "
+        f"in {cfg.pending_table}; {why}. Exit code 3"
+    )
+    raise typer.Exit(3)
 
 
 # ---------------------------------------------------------------------------------- status

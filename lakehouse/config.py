@@ -191,6 +191,34 @@ class JoinConfig(StreamConfig):
     on_pending_bound: Literal["dead-letter", "fail"] = "dead-letter"
     probe_time_unit: Literal["s", "ms", "us"] = "ms"
     max_future_ms: int | None = Field(default=86_400_000, gt=0)
+    # Bounded runs (README "Scheduled and backfill runs"): end the probe input at the end of
+    # an available-now run, and optionally declare the build side complete too.
+    until_complete: bool = False
+    build_complete: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _until_complete_runs_available_now(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("until_complete"):
+            return data
+        trigger = data.get("trigger")
+        if trigger not in (None, "available-now"):
+            raise ValueError(
+                f"until_complete ends the probe input when an available-now run has read it; "
+                f"it cannot run with trigger '{trigger}'. Drop the trigger setting or use "
+                "trigger = 'available-now'"
+            )
+        return {**data, "trigger": "available-now"}
+
+    @model_validator(mode="after")
+    def _build_complete_needs_the_end(self) -> JoinConfig:
+        if self.build_complete and not self.until_complete:
+            raise ValueError(
+                "build_complete declares the build side complete at the end of the probe "
+                "input; it needs until_complete (lakehouse join --until-complete "
+                "--build-complete)"
+            )
+        return self
 
 
 class QualityConfig(_Model):

@@ -69,6 +69,7 @@ def join_line(report: JoinBatchReport) -> str:
         else (
             f", watermark {plan.combined} (probe {plan.probe}, build {plan.build}"
             f"{' idle' if plan.build_status.name == 'IDLE' else ''}), build v{plan.build_version}"
+            + ("" if plan.final is None else f", end of input releases up to {plan.final}")
         )
     )
     extra = ""

@@ -584,6 +584,8 @@ def join_options(cfg: JoinConfig) -> Any:
         on_pending_bound=cfg.on_pending_bound,
         probe_time_unit=cfg.probe_time_unit,
         max_future_ms=cfg.max_future_ms,
+        end_of_input=cfg.until_complete,
+        build_complete=cfg.build_complete,
     )
 
 
@@ -612,6 +614,13 @@ def start_join(
     # moved), and the query's source list is the same for every trigger, so a checkpoint can
     # change trigger. Checkpoints written before it have one source; they keep running without.
     ticks = checkpoint_sources(cfg.checkpoint) != 1
+    if not ticks and cfg.until_complete:
+        raise ConfigError(
+            f"checkpoint {cfg.checkpoint} was written by a join without the tick source, "
+            "which --until-complete needs (a run must have a batch even when no probe row is "
+            "new); run the bounded join with a new pipeline_id and checkpoint",
+            setting="join.until_complete",
+        )
     if not ticks and on_notice is not None:
         on_notice(
             f"checkpoint {cfg.checkpoint} was written by a join without the tick source: "

@@ -26,6 +26,9 @@ WATERMARK: Final = "_watermark"
 RELEASED_AT: Final = "_released_at"
 JOIN_MODE: Final = "_join_mode"
 BATCH_ID: Final = "_batch_id"
+#: What released the row: ``watermark``, ``processing_time``, ``end_of_input`` or ``expiry``
+#: (:func:`lakehouse.join.release.released_by`). NULL in rows written before it existed.
+RELEASED_BY: Final = "_released_by"
 
 # Columns of pending rows, kept in the output too.
 ARRIVED_AT: Final = "_arrived_at"
@@ -60,6 +63,7 @@ OUTPUT_LINEAGE: Final = (
     RELEASED_AT,
     JOIN_MODE,
     BATCH_ID,
+    RELEASED_BY,
 )
 
 # Commit metadata (``userMetadata``) of the join's commits.

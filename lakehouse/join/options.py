@@ -74,6 +74,18 @@ class JoinOptions:
             dead-lettered (``future_time``) instead of moving the probe watermark, which
             never goes back: one bad clock or unit must not release or evict everything
             after it. None: no bound.
+        end_of_input: the run ends the probe input (``lakehouse join --until-complete``):
+            each batch is decided as if the probe stream had ended after it, as Flink ends a
+            bounded source with the final watermark. A batch then also releases every
+            waiting row the build side can answer: at or below the build watermark, or all
+            of them when the build side is idle (``build_idle_timeout_ms``) or declared
+            complete (``build_complete``); never before the snapshot marker. Each row is
+            joined as of its own time, as any release is. The end belongs to the run, not
+            the pipeline: the watermark recorded for the next run is the one the batch
+            would have had without it, so a later run's rows are not late because of it.
+        build_complete: with ``end_of_input``: the build table already holds every change
+            up to the probe's times (a backfill against a finished dimension), so the end
+            of input releases every waiting row once the snapshot marker is set.
     """
 
     build_uri: str
@@ -100,6 +112,8 @@ class JoinOptions:
     on_pending_bound: PendingBoundPolicy = "dead-letter"
     probe_time_unit: TimeUnit = "ms"
     max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+    end_of_input: bool = False
+    build_complete: bool = False
 
     def __post_init__(self) -> None:
         def bad(setting: str, message: str) -> ConfigError:
@@ -162,6 +176,12 @@ class JoinOptions:
                 "build_key",
                 f"has {len(self.build_key)} column(s) but probe_key has "
                 f"{len(self.probe_key)}; they pair up in order",
+            )
+        if self.build_complete and not self.end_of_input:
+            raise bad(
+                "build_complete",
+                "says the build side is complete at the end of the probe input; it needs "
+                "until_complete (lakehouse join --until-complete --build-complete)",
             )
         if len({self.build_uri, self.output_uri, self.pending_uri, self.dead_letter_uri}) < 4:
             raise bad(

@@ -5,14 +5,19 @@ with the plan's verdict, in this order of precedence:
 
 * ``_late``: a new row at or below the previous watermark, under ``late_policy =
   dead-letter``;
-* ``_expired``: a pending row older than ``pending_ttl_ms`` (by arrival);
-* ``_release``: the combined watermark covers it: every row when it is processing time,
-  ``time <= watermark`` when it is event time; nothing while there is no build table;
+* ``_release``: the watermark covers it (``ReleasePlan.releasing``: the end-of-input
+  watermark in a run that ends its input, else the combined one): every row when it is
+  processing time, ``time <= watermark`` when it is event time; nothing while there is no
+  build table;
+* ``_expired``: a pending row older than ``pending_ttl_ms`` (by arrival) that the watermark
+  does not release: released by expiry (joined all the same) or dead-lettered, by
+  ``expiry_policy``;
 * ``_evict``: of the rows that would stay pending, those over the pending bound
   (:func:`apply_pending_bound`).
 
 Every other row stays pending. Only the plan and the rows decide, never the clock, so a
-replay with the recorded plan stages the same rows the same way.
+replay with the recorded plan stages the same rows the same way. Every output row says in
+``_released_by`` what released it (:func:`released_by`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from lakehouse.join import layout as J
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.state import BatchCounts, ReleasePlan, late_rule_applies
-from lakehouse.time import WATERMARK_MIN, Watermark
+from lakehouse.time import WATERMARK_MAX, WATERMARK_MIN, Watermark
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -35,8 +40,11 @@ LATE = "_late"
 EXPIRED = "_expired"
 RELEASE = "_release"
 EVICT = "_evict"
-#: Output rows that are expired pending rows released unmatched (``expiry_policy=release``).
-EXPIRED_ROW = "_expired_row"
+#: What released an output row (``_released_by``).
+BY_WATERMARK = "watermark"
+BY_PROCESSING_TIME = "processing_time"
+BY_END_OF_INPUT = "end_of_input"
+BY_EXPIRY = "expiry"
 STAGING = (IS_NEW, LATE, EXPIRED, RELEASE, EVICT)
 
 
@@ -62,14 +70,28 @@ def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> Dat
     if options.pending_ttl_ms is not None:
         horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - options.pending_ttl_ms))
         expired = ~F.col(IS_NEW) & (F.col(J.ARRIVED_AT) <= horizon)
-    release = covers(plan.combined, F.col(J.TIME_MS))
+    release = covers(plan.releasing, F.col(J.TIME_MS))
     if plan.build_version is None:  # no build table yet: nothing can be released or expired
         expired = release = F.lit(False)
     return (
         candidates.withColumn(LATE, late)
-        .withColumn(EXPIRED, expired & ~F.col(LATE))
-        .withColumn(RELEASE, release & ~F.col(LATE) & ~F.col(EXPIRED))
+        .withColumn(RELEASE, release & ~F.col(LATE))
+        .withColumn(EXPIRED, expired & ~F.col(LATE) & ~F.col(RELEASE))
     )
+
+
+def released_by(plan: ReleasePlan) -> Column:
+    """``_released_by`` of a staged row that leaves by release or expiry: ``expiry`` (its
+    TTL ran out first), ``processing_time``, ``watermark`` (the combined event-time
+    watermark covers it) or ``end_of_input`` (only the end of the probe input does)."""
+    from pyspark.sql import functions as F
+
+    by_watermark = F.lit(BY_PROCESSING_TIME if plan.combined.use_processing_time else BY_WATERMARK)
+    if plan.final is not None:
+        by_watermark = F.when(covers(plan.combined, F.col(J.TIME_MS)), by_watermark).otherwise(
+            F.lit(BY_END_OF_INPUT)
+        )
+    return F.when(F.col(EXPIRED), F.lit(BY_EXPIRY)).otherwise(by_watermark)
 
 
 def age_ms(plan: ReleasePlan) -> Column | None:
@@ -170,8 +192,9 @@ def output_rows(
     build_key: tuple[str, ...],
     num_buckets: int,
 ) -> DataFrame:
-    """Joined output rows of the batch (matched or not, plus expired ones when they are
-    released unmatched), with the lineage columns and :data:`EXPIRED_ROW`.
+    """Joined output rows of the batch, matched or not: the released rows, and the expired
+    ones when ``expiry_policy = release`` (joined as of their time like the others), with
+    the lineage columns.
 
     Raises:
         ConfigError: a build column would have the name of a probe column.
@@ -198,8 +221,13 @@ def output_rows(
             "(e.g. --build-prefix rate_) so the output can hold both",
             setting="build_prefix",
         )
-    released = staged.filter(RELEASE).select(
-        *probe_columns, (F.col(J.TIME_MS) * 1000).alias(PROBE_TIME_US)
+    leaving = F.col(RELEASE)
+    if o.expiry_policy == "release" and o.pending_ttl_ms is not None:
+        leaving = leaving | F.col(EXPIRED)  # joined as of its time too, by expiry
+    released = staged.filter(leaving).select(
+        *probe_columns,
+        released_by(plan).alias(J.RELEASED_BY),
+        (F.col(J.TIME_MS) * 1000).alias(PROBE_TIME_US),
     )
     joined = join_as_of(
         released,
@@ -207,23 +235,17 @@ def output_rows(
         probe_key=o.probe_key,
         build_key=build_key,
         value_columns=value_columns,
-        output_names=[*probe_columns, *out_values, J.BUILD_EVENT_TIME, J.MATCHED],
+        output_names=[
+            *probe_columns,
+            J.RELEASED_BY,
+            *out_values,
+            J.BUILD_EVENT_TIME,
+            J.MATCHED,
+        ],
         latest=o.mode == "proctime",
         num_buckets=num_buckets,
-    ).withColumn(EXPIRED_ROW, F.lit(False))
-    if o.expiry_policy == "release" and o.pending_ttl_ms is not None:
-        expired = staged.filter(EXPIRED).select(*probe_columns)
-        for name in out_values:
-            expired = expired.withColumn(
-                name, F.lit(None).cast(build.schema[name[len(o.build_prefix) :]].dataType)
-            )
-        expired = (
-            expired.withColumn(J.BUILD_EVENT_TIME, F.lit(None).cast("timestamp"))
-            .withColumn(J.MATCHED, F.lit(False))
-            .withColumn(EXPIRED_ROW, F.lit(True))
-        )
-        joined = joined.unionByName(expired)
-    wm = None if plan.combined.use_processing_time else plan.combined.timestamp
+    )
+    wm = None if plan.releasing.use_processing_time else plan.releasing.timestamp
     return joined.select(
         *probe_columns,
         *out_values,
@@ -232,21 +254,22 @@ def output_rows(
         J.BUILD_EVENT_TIME,
         (
             F.lit(None).cast("timestamp")
-            if wm is None or wm == WATERMARK_MIN
+            if wm is None or wm in (WATERMARK_MIN, WATERMARK_MAX)
             else F.timestamp_millis(F.lit(wm))
         ).alias(J.WATERMARK),
         F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(J.RELEASED_AT),
         F.lit(o.mode).alias(J.JOIN_MODE),
         F.lit(plan.batch_id).cast("bigint").alias(J.BATCH_ID),
-        EXPIRED_ROW,
+        J.RELEASED_BY,
     )
 
 
 def for_join_type(out: DataFrame, options: JoinOptions) -> DataFrame:
     """The output rows the join type writes: all of them (``left``), or the matched ones and
-    the expired rows released unmatched (``inner``)."""
+    every row released by expiry, matched or not (``inner``: a row that waited out its TTL
+    is never dropped without a trace)."""
     from pyspark.sql import functions as F
 
     if options.join_type == "inner":
-        out = out.filter(F.col(J.MATCHED) | F.col(EXPIRED_ROW))
-    return out.drop(EXPIRED_ROW)
+        out = out.filter(F.col(J.MATCHED) | (F.col(J.RELEASED_BY) == F.lit(BY_EXPIRY)))
+    return out

@@ -51,6 +51,7 @@ from lakehouse.join import layout as J
 from lakehouse.join.build_channel import BuildChannelState
 from lakehouse.join.options import JoinOptions
 from lakehouse.time import (
+    WATERMARK_MAX,
     CombinedWatermark,
     ManualClock,
     RecordingWatermarkOutput,
@@ -142,6 +143,10 @@ class ReleasePlan:
         pending_max_age_ms: the pending bound in age this batch applies (None: unbounded);
             age is measured against the probe watermark, or ``decided_at_ms`` when that is
             processing time (:class:`~lakehouse.join.JoinOptions`).
+        final: an end-of-input batch (``JoinOptions.end_of_input``): the watermark that
+            releases its rows, the probe side having ended (None: not such a batch, or one
+            the end changes nothing for). ``combined`` stays what the next batch continues
+            from.
     """
 
     batch_id: int
@@ -155,6 +160,12 @@ class ReleasePlan:
     decided_at_ms: int
     pending_max_rows: int | None = None
     pending_max_age_ms: int | None = None
+    final: Watermark | None = None
+
+    @property
+    def releasing(self) -> Watermark:
+        """The watermark that releases this batch's rows: ``final`` when set."""
+        return self.final if self.final is not None else self.combined
 
     def to_json(self) -> str:
         """Serialise for commit metadata."""
@@ -173,6 +184,7 @@ class ReleasePlan:
                     "maxRows": self.pending_max_rows,
                     "maxAgeMs": self.pending_max_age_ms,
                 },
+                "final": None if self.final is None else self.final.to_dict(),
             }
         )
 
@@ -193,6 +205,7 @@ class ReleasePlan:
             decided_at_ms=int(d["decidedAt"]),
             pending_max_rows=bound.get("maxRows"),
             pending_max_age_ms=bound.get("maxAgeMs"),
+            final=None if d.get("final") is None else Watermark.from_dict(d["final"]),
         )
 
     def after(self, *, pending_rows: int, evicted: int, before: JoinState) -> JoinState:
@@ -270,10 +283,11 @@ def decide(
     valve.input_watermark("build", build_wm)
     if build_status is WatermarkStatus.IDLE:
         valve.input_status("build", WatermarkStatus.IDLE)
+    combined = valve.current()
     return ReleasePlan(
         batch_id=batch_id,
         build_version=build.version,
-        combined=valve.current(),
+        combined=combined,
         previous=state.combined,
         probe=probe_wm,
         build=build_wm,
@@ -282,7 +296,50 @@ def decide(
         decided_at_ms=now_ms,
         pending_max_rows=options.pending_max_rows,
         pending_max_age_ms=options.pending_max_age_ms,
+        final=final_watermark(options, combined, build, build_wm, build_status, now_ms),
     )
+
+
+def final_watermark(
+    options: JoinOptions,
+    combined: Watermark,
+    build: BuildChannelState,
+    build_wm: Watermark,
+    build_status: WatermarkStatus,
+    now_ms: int,
+) -> Watermark | None:
+    """The end-of-input watermark of a batch (``ReleasePlan.final``), or None.
+
+    Flink ends a bounded source with ``Watermark(MAX)``; the valve then holds only at the
+    build channel: its watermark, nothing while it is idle, ``MAX`` when the options declare
+    it complete, and still ``MIN`` before the snapshot marker (which nothing overrides).
+    None when the run does not end its input, when the combined watermark is processing
+    time already (it releases everything), or when the end would release nothing more.
+
+    >>> from lakehouse.join.build_channel import BuildChannelState
+    >>> from lakehouse.join.options import JoinOptions
+    >>> o = JoinOptions(build_uri="b", output_uri="o", pending_uri="p", dead_letter_uri="d",
+    ...     pipeline_id="j", probe_schema="k string, t bigint", probe_key=("k",),
+    ...     probe_time="t", end_of_input=True)
+    >>> b = BuildChannelState(version=3, snapshot_complete=True, completed_version=1,
+    ...     event_watermark_ms=90, last_commit_ms=0, key_columns=("k",))
+    >>> active = WatermarkStatus.ACTIVE
+    >>> str(final_watermark(o, Watermark(40), b, Watermark(90), active, 0))
+    '1970-01-01T00:00:00.090Z'
+    >>> final_watermark(o, Watermark(90), b, Watermark(90), active, 0) is None
+    True
+    """
+    if not options.end_of_input or combined.use_processing_time:
+        return None
+    if options.build_complete and build.snapshot_complete:
+        build_wm = Watermark(WATERMARK_MAX)
+    valve = CombinedWatermark(clock=ManualClock(now_ms), initial_output=combined)
+    valve.input_watermark("probe", Watermark(WATERMARK_MAX))
+    valve.input_watermark("build", build_wm)
+    if build_status is WatermarkStatus.IDLE:
+        valve.input_status("build", WatermarkStatus.IDLE)
+    final = valve.current()
+    return None if final == combined else final
 
 
 def late_rule_applies(options: JoinOptions, plan: ReleasePlan) -> bool:
@@ -329,6 +386,8 @@ def idle(
         return False
     if state.pending_rows == 0:
         return True
+    if plan.final is not None:
+        return False  # the end of input may release waiting rows
     if options.pending_max_rows is not None and state.pending_rows > options.pending_max_rows:
         return False  # the bound was lowered since the last batch: apply it now
     if options.pending_max_age_ms is not None and plan.probe.use_processing_time:

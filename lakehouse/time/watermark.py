@@ -248,6 +248,8 @@ class Watermark:
             return f"processing-time@{format_epoch_ms(self.timestamp)}"
         if self.timestamp == WATERMARK_MIN:
             return "MIN"
+        if self.timestamp == WATERMARK_MAX:
+            return "MAX"  # Flink's end of event time: a bounded input has ended
         return format_epoch_ms(self.timestamp)
 
 

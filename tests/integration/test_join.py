@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from helpers import assert_rows_equal, raw_records, write_build_table
@@ -12,6 +13,7 @@ from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
 from lakehouse.join import JoinOptions, TemporalJoin
+from lakehouse.join.operator import last_state
 from lakehouse.time import ManualClock
 
 pytestmark = pytest.mark.spark
@@ -90,6 +92,74 @@ def test_rowtime_join_matches_reference_across_batches(spark, tmp_path_factory, 
     expected, pending = rowtime_join(sent, versions, watermark=final_wm, left=left)
     assert_rows_equal(_output(spark, opts), expected)
     assert _pending_ids(spark, opts) == sorted(pending)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=scenario())
+def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_reference(
+    spark, tmp_path_factory, case
+):
+    # Flink's bounded temporal join: the final watermark releases every row, each joined as
+    # of its own time. Here the last batch of a run ends the probe input (--until-complete):
+    # nothing stays pending, and the output is the reference's complete answer row for row,
+    # each row saying whether the watermark or the end of input released it.
+    versions, probes, cuts, ooo, left = case
+    tmp = tmp_path_factory.mktemp("end")
+    opts = _options(tmp, join_type="left" if left else "inner", out_of_orderness_ms=ooo)
+    write_build_table(spark, opts.build_uri, versions, watermark_ms=10**12)
+    sent = [p for p in probes if p.key is not None]
+    bounds = [0, *cuts, len(probes)]
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        batch = [p for p in probes[lo:hi] if p.key is not None]
+        TemporalJoin(opts, num_buckets=2).process(_probe(spark, batch), batch_id)
+    # the run that ends the input: no new probe row (the tick batch of an available-now run)
+    ended = TemporalJoin(replace(opts, end_of_input=True), num_buckets=2)
+    report = ended.process(_probe(spark, []), len(bounds) - 1)
+    expected, pending = rowtime_join(sent, versions, watermark=2**63 - 1, left=left)
+    assert pending == [] and _pending_ids(spark, opts) == []
+    assert_rows_equal(_output(spark, opts), expected)
+    final_wm = max(p.time for p in sent) - ooo - 1 if sent else -(2**63)
+    by = {r.id: r._released_by for r in delta.read(spark, opts.output_uri).collect()}
+    assert by == {
+        i: "watermark" if next(p.time for p in sent if p.id == i) <= final_wm else "end_of_input"
+        for i, _ in expected
+    }
+    if report.plan is not None and report.plan.final is not None:
+        # the next run continues from the watermark the batches made, not from the end
+        state = last_state(
+            output_uri=opts.output_uri,
+            pending_uri=opts.pending_uri,
+            dead_letter_uri=opts.dead_letter_uri,
+            pipeline_id=opts.pipeline_id,
+        )
+        assert state is not None and state.combined == report.plan.combined
+
+
+def test_the_end_of_input_waits_for_the_build_watermark_unless_the_build_side_is_complete(
+    spark, tmp_path
+):
+    # the build table is still being written: its watermark (9) says nothing about later
+    # times, so the end of input releases rows up to 9 only; a backfill against a finished
+    # dimension says so (build_complete) and gets everything
+    opts = _options(tmp_path, join_type="left", end_of_input=True)
+    write_build_table(
+        spark,
+        opts.build_uri,
+        [Version("a", 1, "1", "r", 10), Version("a", 20, "2", "u", 11)],
+        watermark_ms=9,
+    )
+    rows = [ProbeRow(1, "a", 5), ProbeRow(2, "a", 25), ProbeRow(3, "a", 30)]
+    report = TemporalJoin(opts).process(_probe(spark, rows), 0)
+    assert (report.released, report.pending) == (1, 2)
+    assert _pending_ids(spark, opts) == [2, 3]
+    complete = replace(opts, build_complete=True)
+    report = TemporalJoin(complete).process(_probe(spark, []), 1)
+    assert (report.released, report.pending) == (2, 0)
+    assert_rows_equal(_output(spark, opts), [(1, 10), (2, 11), (3, 11)])
+    out = {
+        r.id: (r._released_by, r._watermark) for r in delta.read(spark, opts.output_uri).collect()
+    }
+    assert out[2] == ("end_of_input", None) and out[1][0] == "watermark"
 
 
 def test_processing_time_waits_for_snapshot_then_joins_latest(spark, tmp_path):
@@ -222,13 +292,44 @@ def test_pending_rows_expire_after_ttl(spark, tmp_path, policy):
     assert report.expired == 1
     assert _pending_ids(spark, opts) == [2]
     if policy == "release":
+        # released by its TTL, it is joined all the same: the best answer the table holds
         rows = delta.read(spark, opts.output_uri).collect()
-        assert [(r.id, r._matched, r.value) for r in rows] == [(1, False, None)]
+        assert [(r.id, r._matched, r.value, r._released_by) for r in rows] == [
+            (1, True, 10, "expiry")
+        ]
     else:
         assert _output(spark, opts) == []
         assert [r._error_kind for r in delta.read(spark, opts.dead_letter_uri).collect()] == [
             "expired"
         ]
+
+
+def test_an_expiring_row_is_joined_as_of_its_time_and_the_watermark_wins_over_expiry(
+    spark, tmp_path
+):
+    # row time; the build watermark (9) holds both rows back until their TTL runs out. In
+    # the batch where it does, the build watermark moves to 30: row 1 (t=15) is covered and
+    # released by the watermark; row 2 (t=40) is not, and its TTL releases it, joined as of
+    # 40 like any row (not blanked)
+    opts = _options(tmp_path, join_type="inner", pending_ttl_ms=60_000)
+    write_build_table(
+        spark,
+        opts.build_uri,
+        [Version("a", 1, "1", "r", 10), Version("a", 20, "2", "u", 11)],
+        watermark_ms=9,
+    )
+    clock = ManualClock(1_000_000)
+    op = TemporalJoin(opts, clock=clock)
+    assert op.process(_probe(spark, [ProbeRow(1, "a", 15), ProbeRow(2, "a", 40)]), 0).pending == 2
+    write_build_table(spark, opts.build_uri, [], watermark_ms=30, batch_id=1)
+    clock.advance(60_000)
+    report = op.process(_probe(spark, []), 1)
+    assert (report.released, report.expired, report.pending) == (2, 1, 0)
+    rows = delta.read(spark, opts.output_uri).collect()
+    assert sorted((r.id, r.value, r._matched, r._released_by) for r in rows) == [
+        (1, 10, True, "watermark"),
+        (2, 11, True, "expiry"),
+    ]
 
 
 def test_idle_build_table_stops_holding_back_the_watermark(spark, tmp_path):

@@ -9,7 +9,7 @@ from helpers import join_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakehouse.errors import SchemaMismatchError
+from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.join.build_channel import BuildChannelState
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.state import (
@@ -105,6 +105,70 @@ def test_the_combined_watermark_never_decreases(maxima, builds):
         state = plan.after(pending_rows=0, evicted=0, before=state)
 
 
+# ----------------------------------------------------------------------------- end of input
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    maxima=st.lists(st.one_of(st.none(), st.integers(-(10**6), 10**6)), min_size=1, max_size=6),
+    builds=st.lists(st.integers(-(10**6), 10**6), min_size=6, max_size=6),
+    ooo=st.integers(0, 10),
+)
+def test_the_end_of_input_releases_up_to_the_build_watermark_and_leaves_the_state_alone(
+    maxima, builds, ooo
+):
+    # Flink ends a bounded probe with Watermark(MAX): the valve then holds at the build
+    # channel alone. The state the next run continues from is the one without the end, so
+    # the same batches decide the same combined watermark with or without it.
+    ended, plain = (
+        _options(out_of_orderness_ms=ooo, end_of_input=True),
+        _options(out_of_orderness_ms=ooo),
+    )
+    state = JoinState()
+    for batch, (batch_max, build_wm) in enumerate(zip(maxima, builds, strict=False)):
+        build = replace(BUILD, event_watermark_ms=build_wm)
+        kw = dict(batch_id=batch, now_ms=0, state=state, batch_max_ts_ms=batch_max, build=build)
+        plan, without = decide(ended, **kw), decide(plain, **kw)
+        assert replace(plan, final=None) == without and without.final is None
+        expected = max(Watermark(build_wm), plan.combined)
+        assert plan.releasing == expected
+        assert plan.final == (None if expected == plan.combined else expected)
+        state = plan.after(pending_rows=1, evicted=0, before=state)
+
+
+def test_the_end_of_input_never_passes_the_snapshot_marker():
+    loading = replace(BUILD, snapshot_complete=False)
+    for o in (_options(end_of_input=True), _options(end_of_input=True, build_complete=True)):
+        plan = decide(o, batch_id=0, now_ms=0, state=JoinState(), batch_max_ts_ms=50, build=loading)
+        assert plan.releasing == Watermark.MIN and plan.final is None
+
+
+def test_a_complete_or_idle_build_side_lets_the_end_of_input_release_everything():
+    end = Watermark(2**63 - 1)
+    complete = _options(end_of_input=True, build_complete=True)
+    plan = decide(
+        complete, batch_id=0, now_ms=0, state=JoinState(), batch_max_ts_ms=500, build=BUILD
+    )
+    assert plan.final == end and plan.combined == Watermark(90)
+    idle_build = _options(end_of_input=True, build_idle_timeout_ms=100)
+    quiet = replace(BUILD, last_commit_ms=0)
+    plan = decide(
+        idle_build, batch_id=0, now_ms=1_000, state=JoinState(), batch_max_ts_ms=500, build=quiet
+    )
+    assert plan.final == end
+
+
+def test_processing_time_needs_no_end_of_input():
+    o = _options(mode="proctime", watermark="none", probe_time=None, end_of_input=True)
+    plan = decide(o, batch_id=0, now_ms=5, state=JoinState(), batch_max_ts_ms=None, build=BUILD)
+    assert plan.combined == Watermark.PROCESSING_TIME and plan.final is None
+
+
+def test_build_complete_without_the_end_of_input_is_refused():
+    with pytest.raises(ConfigError, match="needs until_complete"):
+        _options(build_complete=True)
+
+
 # ------------------------------------------------------------------------------------- idle
 
 
@@ -127,6 +191,8 @@ def test_waiting_rows_are_looked_at_again_only_when_something_moved():
     assert not idle(arrived=0, malformed=0, state=same, plan=plan, options=ttl)
     lowered = _options(pending_max_rows=2)
     assert not idle(arrived=0, malformed=0, state=same, plan=plan, options=lowered)
+    ending = replace(plan, final=Watermark(50))
+    assert not idle(arrived=0, malformed=0, state=same, plan=ending, options=_options())
 
 
 # --------------------------------------------------------------------------------- recover
@@ -210,3 +276,5 @@ def test_state_and_plan_survive_their_commit_metadata(batch, pending, evicted, t
     assert JoinState.from_metadata({"lakehouse.state": state.to_json()}) == state
     plan = replace(_plan(batch, Watermark.PROCESSING_TIME), probe_max_ts_ms=ts)
     assert ReleasePlan.from_json(plan.to_json()) == plan
+    ended = replace(_plan(batch, Watermark(7)), final=Watermark(2**63 - 1))
+    assert ReleasePlan.from_json(ended.to_json()) == ended
