@@ -10,10 +10,15 @@ In-process, on the test session's Spark, through the runner the CLI uses.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import assert_rows_equal
+from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
 from lakehouse.config import load_settings
@@ -115,3 +120,126 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     _write(tmp_path / "orders" / "0003.jsonl", [json.dumps({"order_id": 3, "currency": "GBP"})])
     _run_available_now(start_join, spark, now)
     assert _released(spark, tmp_path) == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------- bounded runs, as a user runs them
+
+
+def _lakehouse(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``lakehouse`` command, as a scheduler runs it."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "4000"},
+        check=False,
+    )
+
+
+def _rowtime_config(tmp: Path) -> Path:
+    cfg = tmp / "backfill.toml"
+    cfg.write_text(f"""
+[spark]
+master = "local[1]"
+conf = {{ "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }}
+
+[ingest]
+pipeline_id = "rates"
+source = "files"
+path = "{tmp}/cdc"
+checkpoint = "{tmp}/ck/ingest"
+dead_letter_table = "{tmp}/out/dead_letter"
+trigger = "available-now"
+[[ingest.tables]]
+table = "{tmp}/out/rates"
+key = ["currency"]
+
+[join]
+pipeline_id = "backfill"
+source = "files"
+path = "{tmp}/orders"
+checkpoint = "{tmp}/ck/join"
+probe_schema = "order_id bigint, currency string, order_ts bigint"
+probe_key = ["currency"]
+probe_time = "order_ts"
+probe_id = "order_id"
+mode = "rowtime"
+join_type = "left"
+build_table = "{tmp}/out/rates"
+output_table = "{tmp}/out/output"
+pending_table = "{tmp}/out/pending"
+dead_letter_table = "{tmp}/out/join_dead_letter"
+""")
+    return cfg
+
+
+def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path):
+    # "join last month's orders with the rates valid at each order's time", as a scheduler
+    # runs it: the installed command, its exit code, its last line
+    (tmp_path / "cdc").mkdir()
+    (tmp_path / "orders").mkdir()
+    cfg = _rowtime_config(tmp_path)
+    t0 = 1_700_000_000_000
+    t = DebeziumTable("public", "rates", key="currency", start_ms=t0)
+    cdc = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP", "CHF")])
+    cdc += [
+        t.update({"currency": "EUR", "rate": "1.6"}),
+        t.update({"currency": "GBP", "rate": "0.8"}),
+    ]
+    cdc += [*t.delete("CHF"), t.update({"currency": "EUR", "rate": "1.7"})]
+    _write(tmp_path / "cdc" / "0001.jsonl", [json.dumps(m.value) for m in cdc if m.value])
+    # orders before the first version, between the changes, at a change, after the deleted
+    # key, for a key never seen, and after the last change (beyond the build watermark)
+    times = [t0 - 500, t0 + 500, t0 + 3_000, t0 + 3_500, t0 + 5_500, t0 + 5_800, t0 + 60_000]
+    currencies = ["EUR", "EUR", "EUR", "GBP", "CHF", "XXX", "GBP"]
+    orders = [
+        {"order_id": i, "currency": c, "order_ts": ts}
+        for i, (c, ts) in enumerate(zip(currencies, times, strict=True))
+    ]
+    # out of order, over two files (two batches at most)
+    _write(tmp_path / "orders" / "0001.jsonl", [json.dumps(o) for o in orders[4:]])
+    _write(tmp_path / "orders" / "0002.jsonl", [json.dumps(o) for o in orders[:4]])
+
+    ingest = _lakehouse("ingest", "-c", str(cfg))
+    assert ingest.returncode == 0, ingest.stderr[-4000:]
+
+    # 1. the build table's watermark is at its last change: the order after it stays pending,
+    #    and the run says so, with what to do, and exit 3
+    first = _lakehouse("join", "-c", str(cfg), "--until-complete")
+    assert first.returncode == 3, first.stderr[-4000:]
+    assert "incomplete: 1 row(s) left pending" in first.stderr
+    assert "--build-complete" in first.stderr and "after the build watermark" in first.stderr
+    pending = delta.read(spark, f"{tmp_path}/out/pending").collect()
+    assert [r.order_id for r in pending] == [6]
+
+    # 2. the dimension is finished (a backfill): the end releases everything, exit 0
+    second = _lakehouse("join", "-c", str(cfg), "--until-complete", "--build-complete")
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "complete: the probe input is joined, nothing is pending" in second.stderr
+    assert delta.row_count(f"{tmp_path}/out/pending") == 0
+
+    build = delta.read(spark, f"{tmp_path}/out/rates").collect()
+    versions = [
+        Version(r.currency, int(r._event_time.timestamp() * 1000), r._seq, r._op, str(r.rate))
+        for r in build
+    ]
+    probes = [ProbeRow(o["order_id"], o["currency"], o["order_ts"]) for o in orders]
+    expected, waiting = rowtime_join(probes, versions, watermark=2**63 - 1, left=True)
+    assert waiting == []
+    out = delta.read(spark, f"{tmp_path}/out/output").collect()
+    assert_rows_equal(
+        [(r.order_id, None if r.rate is None else str(r.rate)) for r in out], expected
+    )
+    assert {r.order_id: r._released_by for r in out}[6] == "end_of_input"
+
+
+def test_a_bounded_run_refuses_a_trigger_that_never_ends_before_spark_starts(tmp_path):
+    (tmp_path / "cdc").mkdir()
+    (tmp_path / "orders").mkdir()
+    cfg = _rowtime_config(tmp_path)
+    proc = _lakehouse("join", "-c", str(cfg), "--until-complete", "--trigger", "processing-time")
+    assert proc.returncode == 2, proc.stderr
+    assert "until_complete" in proc.stderr and "available-now" in proc.stderr
+    alone = _lakehouse("join", "-c", str(cfg), "--build-complete")
+    assert alone.returncode == 2 and "needs until_complete" in alone.stderr, alone.stderr
