@@ -14,7 +14,10 @@ kinds of time"):
 3. **Write**, in this order, each with the Delta transaction ``(pipeline_id, k)``: dead
    letters, the output, the pending table (overwritten). Each commit carries the plan and
    the state after the batch. A table whose content does not change is not written, and a
-   batch that changes nothing commits nothing.
+   batch that changes nothing commits nothing: one with no row and nothing that moved
+   (:func:`~lakehouse.join.state.idle`, decided before any job), or one whose rows all stay
+   pending (:func:`~lakehouse.join.state.changes_nothing`, after counting them: a TTL
+   ticking towards expiry costs no table version per trigger).
 
 The processing-time fast path. When the plan provably releases every row (processing time,
 the snapshot marker set, nothing pending, no late rule; a ``left`` join) the batch needs no
@@ -59,6 +62,7 @@ from lakehouse.join.state import (
     TableCommits,
     age_reference,
     bound_alert,
+    changes_nothing,
     decide,
     idle,
     needs_batch_max,
@@ -333,6 +337,10 @@ class TemporalJoin:
         try:
             staged = R.apply_pending_bound(R.stage(candidates, plan, o), plan)
             counts = R.count(staged)
+            if not replayed and changes_nothing(counts, arrived=arrived, malformed=bad_n):
+                return JoinBatchReport(
+                    batch_id=batch_id, pending=counts.pending, plan=plan, seconds=_since(started)
+                )
             return self._write(
                 spark, staged, parsed, plan, state, look, counts, arrived, bad_n, replayed, started
             )

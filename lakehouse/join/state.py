@@ -400,6 +400,21 @@ def idle(
     )
 
 
+def changes_nothing(counts: BatchCounts, *, arrived: int, malformed: int) -> bool:
+    """Whether a counted batch would leave every table as it is: no row arrived, none was
+    malformed, and every waiting row stays pending (a TTL that has not run out, a watermark
+    that moved short of any row). It then commits nothing, so a trigger that changes
+    nothing costs no table version; a replay of it finds nothing recorded and decides
+    afresh, which is safe because nothing of the first attempt is visible.
+
+    >>> changes_nothing(BatchCounts(total=3), arrived=0, malformed=0)
+    True
+    >>> changes_nothing(BatchCounts(total=3, expired=1), arrived=0, malformed=0)
+    False
+    """
+    return not arrived and not malformed and counts.pending == counts.total
+
+
 # ---------------------------------------------------------------------------------- recovery
 
 

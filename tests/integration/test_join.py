@@ -287,8 +287,15 @@ def test_pending_rows_expire_after_ttl(spark, tmp_path, policy):
     op.process(_probe(spark, [ProbeRow(1, "a", 5)]), 0)
     clock.advance(30_000)
     assert op.process(_probe(spark, [ProbeRow(2, "a", 6)]), 1).expired == 0  # 30 s: waits
-    clock.advance(30_000)
-    report = op.process(_probe(spark, []), 2)  # row 1 has waited 60 s, row 2 only 30 s
+    # triggers while the TTLs run and nothing moves commit nothing: no version per tick
+    before = delta.latest_version(opts.pending_uri)
+    for batch in (2, 3):
+        clock.advance(10_000)
+        assert op.process(_probe(spark, []), batch).pending == 2
+    assert delta.latest_version(opts.pending_uri) == before
+    assert not delta.table_exists(opts.output_uri)
+    clock.advance(10_000)
+    report = op.process(_probe(spark, []), 4)  # row 1 has waited 60 s, row 2 only 30 s
     assert report.expired == 1
     assert _pending_ids(spark, opts) == [2]
     if policy == "release":
