@@ -29,6 +29,23 @@ app = typer.Typer(
 )
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+#: ``--verbose``: an error prints its full trace before its one line.
+_verbose = False
+
+
+@app.callback()
+def _options(
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="On an error, print its full trace before the one line."
+        ),
+    ] = False,
+) -> None:
+    """Temporal joins against a CDC-fed, versioned Delta dimension, on Spark."""
+    global _verbose
+    _verbose = verbose
+
 
 ConfigOpt = Annotated[
     Path | None,
@@ -312,6 +329,14 @@ def join(
             "times, so the end releases every row (once the snapshot marker is set).",
         ),
     ] = False,
+    allow_dead_letters: Annotated[
+        bool,
+        typer.Option(
+            "--allow-dead-letters",
+            help="Accept batches whose probe records are all dead-lettered (otherwise a "
+            "warning, and exit 1 at the end of an available-now run).",
+        ),
+    ] = False,
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
@@ -351,6 +376,7 @@ def join(
         pipeline_id=pipeline_id,
         until_complete=until_complete or None,
         build_complete=build_complete or None,
+        allow_dead_letters=allow_dead_letters or None,
     )
     settings = load_settings(
         config,
@@ -364,11 +390,19 @@ def join(
     spark = _spark(settings)
     progress = Progress(err_console)
     plans: list[Any] = []
+    all_dead: list[Any] = []
 
     def on_batch(report: Any) -> None:
         progress.join(report)
         if report.plan is not None:
             plans.append(report.plan)
+        if report.all_dead_lettered:
+            all_dead.append(report)
+            err_console.print(
+                f"  [bold yellow]warning: every probe record of batch {report.batch_id} "
+                f"({report.malformed}) was dead-lettered[/], e.g. {report.malformed_example}; "
+                f"they are in {settings.join.dead_letter_table}"
+            )
 
     query = start_join(
         spark,
@@ -382,7 +416,18 @@ def join(
         f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
         f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}"
     )
-    if _run_query(query, "join") and cfg.until_complete:
+    if not _run_query(query, "join"):
+        return
+    if all_dead and cfg.trigger != "processing-time" and not cfg.allow_dead_letters:
+        batches = ", ".join(str(r.batch_id) for r in all_dead)
+        err_console.print(
+            f"[bold red]error:[/] every probe record of batch(es) {batches} was dead-lettered "
+            f"(e.g. {all_dead[0].malformed_example}); they are kept in {cfg.dead_letter_table} "
+            "with the reason. Fix the probe input or join.probe_schema and replay them, or "
+            "pass --allow-dead-letters when such batches are expected"
+        )
+        raise typer.Exit(1)
+    if cfg.until_complete:
         _finish_bounded_run(cfg, plans[-1] if plans else None)
 
 
@@ -1109,15 +1154,26 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except LakehouseError as e:
+        _trace(e)
         err_console.print(f"[bold red]error:[/] {e}")
         sys.exit(2 if isinstance(e, ConfigError) else 1)
     except Exception as e:
         cause = _lakehouse_cause(e)
         if cause is None:
             raise
+        _trace(e)
         err_console.print(f"[bold red]error:[/] {cause}")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _trace(e: BaseException) -> None:
+    """Under ``--verbose``: the error's traceback (Spark's error text included) before its
+    one line."""
+    if _verbose:
+        import traceback
+
+        err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False)
 
 
 def _lakehouse_cause(e: BaseException) -> str | None:

@@ -195,6 +195,8 @@ class JoinConfig(StreamConfig):
     # an available-now run, and optionally declare the build side complete too.
     until_complete: bool = False
     build_complete: bool = False
+    # Accept runs whose batches dead-letter every probe record (JoinOptions).
+    allow_dead_letters: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -586,6 +586,7 @@ def join_options(cfg: JoinConfig) -> Any:
         max_future_ms=cfg.max_future_ms,
         end_of_input=cfg.until_complete,
         build_complete=cfg.build_complete,
+        allow_dead_letters=cfg.allow_dead_letters,
     )
 
 

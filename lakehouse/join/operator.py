@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
@@ -97,6 +97,13 @@ class JoinBatchReport:
     replayed_plan: bool = False
     evicted: int = 0
     bound_alert: str | None = None
+    malformed: int = 0
+    malformed_example: str | None = None
+
+    @property
+    def all_dead_lettered(self) -> bool:
+        """Every probe record of the batch was dead-lettered as malformed (none parsed)."""
+        return self.malformed > 0 and self.arrived == 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +189,8 @@ class TemporalJoin:
         parsed = P.parse(
             probe_rows, self.options, self.probe_schema, wall_ms=int(time.time() * 1000)
         )
+        if state.batch_id is None and look.recovery.plan is None:
+            self._refuse_a_contradicted_schema(parsed)
         if (
             look.recovery.plan is None
             and plan is not None
@@ -195,6 +204,34 @@ class TemporalJoin:
             return self._general(spark, parsed, batch_id, plan, state, look, started)
         finally:
             parsed.unpersist()
+
+    def _refuse_a_contradicted_schema(self, parsed: DataFrame) -> None:
+        """Before the join's first commit: stop when every record contradicts probe_schema
+        (a wrong type, not bad data), naming the column and a value, before anything is
+        written; the records stay in the source for the corrected run. One small job per
+        batch until the join has committed once.
+
+        Raises:
+            ConfigError: no record parsed, and the failures are schema mismatches.
+        """
+        from pyspark.sql import functions as F
+
+        if self.options.allow_dead_letters:
+            return
+        mismatch = F.col(P.PARSE_ERROR_KIND) == F.lit(P.SCHEMA_MISMATCH)
+        row = parsed.agg(
+            F.count(F.when(F.col(P.PARSE_ERROR).isNull(), 1)).alias("ok"),
+            F.count(F.when(mismatch, 1)).alias("bad"),
+            F.min(F.when(mismatch, F.col(P.PARSE_ERROR))).alias("example"),
+        ).first()
+        if row is None or row["ok"] or not row["bad"]:
+            return
+        raise ConfigError(
+            f"probe_schema contradicts the join's first probe records ({row['bad']} of them): "
+            f"{row['example']}. Fix join.probe_schema (nothing was written; the records are "
+            "read again), or pass --allow-dead-letters to dead-letter such records",
+            setting="join.probe_schema",
+        )
 
     def _look(self, spark: SparkSession, batch_id: int) -> _Look:
         """Read each table once; recover the join's state and a recorded plan."""
@@ -279,11 +316,14 @@ class TemporalJoin:
         arrived, bad = int(into["n"]), int(into["bad"])
         released, matched = int(out_counts["n"]), int(out_counts["m"] or 0)
         failpoint("join.after_output", plan.batch_id)
+        example = None
         if bad:
             dead = self._parse_dead_letters(parsed, plan.batch_id)
             self._append_dead(
                 dead, plan, after, look, counts={J.META_DEAD_LETTERED: bad, J.META_ARRIVED: arrived}
             )
+            if not arrived:  # one more small job, only when every record failed
+                example = _example(parsed)
         return JoinBatchReport(
             batch_id=plan.batch_id,
             arrived=arrived,
@@ -292,6 +332,8 @@ class TemporalJoin:
             dead_lettered=bad,
             plan=plan,
             seconds=_since(started),
+            malformed=bad,
+            malformed_example=example,
         )
 
     # ------------------------------------------------------------------------- general path
@@ -314,9 +356,11 @@ class TemporalJoin:
             F.count(F.when(ok, 1)).alias("n"),
             F.count(F.when(~ok, 1)).alias("bad"),
             F.max(F.when(ok, F.col(J.TIME_MS))).alias("max_t"),
+            F.min(P.PARSE_ERROR).alias("example"),
         ).first()
         assert stats is not None
         arrived, bad_n = int(stats["n"]), int(stats["bad"])
+        example = stats["example"] if bad_n and not arrived else None
         batch_max = None if stats["max_t"] is None else int(stats["max_t"])
         replayed = look.recovery.plan is not None
         if plan is None:
@@ -341,9 +385,10 @@ class TemporalJoin:
                 return JoinBatchReport(
                     batch_id=batch_id, pending=counts.pending, plan=plan, seconds=_since(started)
                 )
-            return self._write(
+            report = self._write(
                 spark, staged, parsed, plan, state, look, counts, arrived, bad_n, replayed, started
             )
+            return replace(report, malformed=bad_n, malformed_example=example)
         finally:
             candidates.unpersist()
 
@@ -637,6 +682,14 @@ def _commits_of(snap: delta.TableSnapshot, pipeline: str, batch_id: int) -> Tabl
         if J.META_STATE in info.metadata and batch.isdigit() and int(batch) < batch_id:
             break
     return TableCommits(uri=snap.uri, commits=tuple(found), complete=snap.version < RECOVERY_WINDOW)
+
+
+def _example(parsed: DataFrame) -> str | None:
+    """One parse error of the batch (the smallest text: the same for every replay)."""
+    from pyspark.sql import functions as F
+
+    row = parsed.agg(F.min(P.PARSE_ERROR).alias("e")).first()
+    return None if row is None else row["e"]
 
 
 def _since(started: float) -> float:

@@ -86,6 +86,11 @@ class JoinOptions:
         build_complete: with ``end_of_input``: the build table already holds every change
             up to the probe's times (a backfill against a finished dimension), so the end
             of input releases every waiting row once the snapshot marker is set.
+        allow_dead_letters: accept batches that dead-letter every probe record. Without
+            it, the join's first records contradicting ``probe_schema`` (every one a
+            ``schema_mismatch``) stop it before it writes anything, with the column and a
+            value; the CLI warns of any batch whose records all failed and fails an
+            available-now run that had one.
     """
 
     build_uri: str
@@ -114,6 +119,7 @@ class JoinOptions:
     max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
     end_of_input: bool = False
     build_complete: bool = False
+    allow_dead_letters: bool = False
 
     def __post_init__(self) -> None:
         def bad(setting: str, message: str) -> ConfigError:

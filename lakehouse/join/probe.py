@@ -19,10 +19,12 @@ from lakehouse.join.options import MS_PER_UNIT, JoinOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 PARSE_ERROR = "_parse_error"
 PARSE_ERROR_KIND = "_parse_error_kind"
+#: ``_error_kind`` of a JSON object with a value its column's type in probe_schema refuses.
+SCHEMA_MISMATCH = "schema_mismatch"
 
 
 def probe_schema(options: JoinOptions) -> StructType:
@@ -141,6 +143,7 @@ def parse(
     for name in reversed(required):
         missing = F.when(F.col("_r")[name].isNull(), F.lit(name)).otherwise(missing)
     corrupt = F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull()
+    contradicted = _contradicted(F.col(J.RAW_VALUE).cast("string"), read_fields)
     no_time = F.lit(False) if t_ms is None else F.col("_r")[time_col].isNotNull() & t_ms.isNull()
     limit = (
         None
@@ -161,6 +164,7 @@ def parse(
 
     error = (
         F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty record"))
+        .when(corrupt & contradicted.isNotNull(), contradicted)
         .when(corrupt, F.lit("not a JSON object matching probe_schema"))
         .when(
             missing.isNotNull(),
@@ -177,6 +181,7 @@ def parse(
     )
     kind = (
         F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty"))
+        .when(corrupt & contradicted.isNotNull(), F.lit(SCHEMA_MISMATCH))
         .when(corrupt, F.lit("malformed_json"))
         .when(missing.isNotNull(), F.lit("missing_field"))
         .when(no_time, F.lit("bad_time"))
@@ -194,6 +199,36 @@ def parse(
         error.alias(PARSE_ERROR),
         kind.alias(PARSE_ERROR_KIND),
     )
+
+
+def _contradicted(text: Column, fields: list[StructField]) -> Column:
+    """For a JSON object that does not parse as the probe schema: which column it
+    contradicts, with the value it holds (``column 'amount' holds 'abc', which probe_schema
+    reads as decimal(12,2)``), or NULL when no single column does (not JSON at all).
+
+    Each column is parsed on its own, so the first column whose value alone fails is the one
+    named; Spark evaluates this only for records that failed as a whole.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    as_text = F.from_json(text, StructType([StructField(f.name, StringType()) for f in fields]))
+    found = F.lit(None).cast("string")
+    for f in reversed(fields):
+        alone = F.from_json(
+            text,
+            StructType([f, StructField("_corrupt", StringType(), True)]),
+            {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"},
+        )
+        message = F.concat(
+            F.lit(f"column '{f.name}' holds '"),
+            F.substring(as_text[f.name], 1, 80),
+            F.lit(f"', which probe_schema reads as {f.dataType.simpleString()}"),
+        )
+        found = F.when(
+            alone["_corrupt"].isNotNull() & as_text[f.name].isNotNull(), message
+        ).otherwise(found)
+    return found
 
 
 def _time_ms(row: Column, options: JoinOptions, schema: StructType) -> Column | None:

@@ -379,7 +379,11 @@ def test_malformed_probe_records_are_dead_lettered_and_batch_goes_on(spark, tmp_
     }
     assert dead[1][0] == "malformed_json"
     assert dead[2] == ("missing_field", "required column 'k' is missing or NULL")
-    assert dead[3][0] == "malformed_json"
+    # a JSON object whose value contradicts probe_schema names the column and the value
+    assert dead[3] == (
+        "schema_mismatch",
+        "column 'ts' holds 'yesterday', which probe_schema reads as bigint",
+    )
     assert_rows_equal(_output(spark, opts), [(1, 10)])  # 4 (ts 9 > wm 8) waits
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_rows_equal
+from helpers import assert_rows_equal, write_build_table
 from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
@@ -166,6 +167,7 @@ probe_time = "order_ts"
 probe_id = "order_id"
 mode = "rowtime"
 join_type = "left"
+trigger = "available-now"
 build_table = "{tmp}/out/rates"
 output_table = "{tmp}/out/output"
 pending_table = "{tmp}/out/pending"
@@ -243,3 +245,42 @@ def test_a_bounded_run_refuses_a_trigger_that_never_ends_before_spark_starts(tmp
     assert "until_complete" in proc.stderr and "available-now" in proc.stderr
     alone = _lakehouse("join", "-c", str(cfg), "--build-complete")
     assert alone.returncode == 2 and "needs until_complete" in alone.stderr, alone.stderr
+
+
+def test_records_that_contradict_the_probe_schema_are_refused_then_dead_lettered_on_request(
+    spark, tmp_path
+):
+    (tmp_path / "orders").mkdir()
+    cfg = _rowtime_config(tmp_path)
+    t0 = 1_700_000_000_000
+    write_build_table(
+        spark, f"{tmp_path}/out/rates", [Version("EUR", t0, "1", "r", 10)], key="currency"
+    )
+    # order ids are text in the source, bigint in probe_schema
+    bad = [{"order_id": f"A-{i}", "currency": "EUR", "order_ts": t0 + i} for i in range(3)]
+    _write(tmp_path / "orders" / "0001.jsonl", [json.dumps(o) for o in bad])
+
+    # 1. the join's first records: refused before anything is written, naming the column
+    refused = _lakehouse("join", "-c", str(cfg))
+    assert refused.returncode == 1, refused.stderr[-4000:]
+    assert "probe_schema contradicts the join's first probe records (3 of them)" in refused.stderr
+    assert "column 'order_id' holds 'A-0', which probe_schema reads as bigint" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not delta.table_exists(f"{tmp_path}/out/join_dead_letter")
+
+    # 2. told that such records are expected: dead-lettered with the reason, exit 0
+    allowed = _lakehouse("join", "-c", str(cfg), "--allow-dead-letters")
+    assert allowed.returncode == 0, allowed.stderr[-4000:]
+    assert "warning: every probe record of batch 0 (3) was dead-lettered" in allowed.stderr
+    dead = delta.read(spark, f"{tmp_path}/out/join_dead_letter").collect()
+    assert {(d._error_kind, d._error.split(",")[0]) for d in dead} == {
+        ("schema_mismatch", f"column 'order_id' holds 'A-{i}'") for i in range(3)
+    }
+
+    # 3. a later scheduled run whose records all fail: the warning, and exit 1
+    _write(tmp_path / "orders" / "0002.jsonl", ["{not json", "[1, 2]"])
+    failed = _lakehouse("join", "-c", str(cfg))
+    assert failed.returncode == 1, failed.stderr[-4000:]
+    assert re.search(r"every probe record of batch\(es\) \d+ was dead-lettered", failed.stderr)
+    assert "--allow-dead-letters" in failed.stderr
+    assert delta.row_count(f"{tmp_path}/out/join_dead_letter") == 5
