@@ -2,8 +2,9 @@
 
 Every command reads the same configuration (``--config FILE`` or ``LAKEHOUSE_CONFIG``, then
 ``LAKEHOUSE_*`` environment variables, then flags; see :mod:`lakehouse.config`). Errors a
-user can cause end the command with one line naming the cause and the fix, and exit code 2
-for configuration errors, 1 for everything else.
+user can cause end the command with one line naming the cause and the fix (``--verbose``
+prints the trace too), and exit code 2 for configuration errors, 1 for everything else; a
+``join --until-complete`` that leaves rows pending exits 3.
 """
 
 from __future__ import annotations
