@@ -85,7 +85,7 @@ def _format_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeaseRecord:
     """What a lease file holds: the holder's identity and its last heartbeat.
 

@@ -290,7 +290,7 @@ def operator_complete(uri: str, *, reason: str) -> int | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotStatus:
     """A build table's snapshot marker, as ``lakehouse snapshot-status`` shows it.
 
@@ -364,7 +364,14 @@ def snapshot_status(uri: str) -> SnapshotStatus:
     if state.phase != phase:  # the marker changed after the last data commit
         state = SignalState(phase=phase, positions=state.positions)
     waiting = {p.signal: uncovered(state.positions, p.covered) for p in state.pending}
-    return SnapshotStatus(uri, version, phase, marker, state, waiting)
+    return SnapshotStatus(
+        table_uri=uri,
+        version=version,
+        phase=phase,
+        properties=marker,
+        state=state,
+        waiting_for=waiting,
+    )
 
 
 def covered_offsets(props: Mapping[str, str]) -> Offsets | None:

@@ -80,7 +80,7 @@ BLOCK_KINDS = ("schema_mismatch", "schema_blocked")
 RESOLVE_APP_ID = "lakehouse-schema-resolve"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaBlock:
     """An open (or last resolved) schema block of a build table.
 
@@ -171,7 +171,7 @@ def now_iso() -> str:
 # ----------------------------------------------------------------------------------- resolve
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResolveResult:
     """What :func:`resolve` did.
 
@@ -279,7 +279,13 @@ def resolve(
         )
         cleared = True
     return ResolveResult(
-        block, candidates, replayed, applied_before, incompatible, version, cleared
+        block=block,
+        candidates=candidates,
+        replayed=replayed,
+        already_applied=applied_before,
+        still_incompatible=incompatible,
+        version=version,
+        cleared=cleared,
     )
 
 

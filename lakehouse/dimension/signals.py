@@ -115,7 +115,7 @@ ALERT_TYPES: Final = frozenset({"ABORTED", "SKIPPED"})
 # ------------------------------------------------------------------------------- options
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotOptions:
     """How one build table learns that its snapshot phase ended.
 
@@ -483,7 +483,7 @@ def parse_heartbeat(
     return Heartbeat(topic, partition, offset, kafka_ts_ms, _int_or_none(data.get("ts_ms")))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchEvidence:
     """What one batch holds for one build table: its change rows (grouped), and the
     notifications and heartbeats of its signal topics."""
@@ -496,7 +496,7 @@ class BatchEvidence:
 # ---------------------------------------------------------------------------------- state
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignalEvidence:
     """A signal seen, pending or fired.
 
@@ -541,7 +541,7 @@ class SignalEvidence:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignalState:
     """The bookkeeping of one build table after a batch, kept in its data commit.
 
@@ -610,7 +610,7 @@ class SignalState:
             return cls()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """What one batch does to one build table's marker.
 
@@ -780,7 +780,12 @@ def decide(
             phase_max_ts_ms=None,
             last_notification=last_notification,
         )
-        return Decision(state, False, None, notification, alert != prior.alert, tuple(ignored))
+        return Decision(
+            state=state,
+            notification=notification,
+            alert_changed=alert != prior.alert,
+            ignored=tuple(ignored),
+        )
 
     top_snapshot: dict[tuple[str, int], int] = {}
     for g in snap:
@@ -821,7 +826,14 @@ def decide(
         if covered is None:
             covered = merge_offsets(state.positions, probe() if probe is not None else None)
         new.append(
-            SignalEvidence(signal, detail, covered, batch_id, ts, ordered or in_band_ordered)
+            SignalEvidence(
+                signal=signal,
+                detail=detail,
+                covered=covered,
+                batch_id=batch_id,
+                kafka_ts_ms=ts,
+                ordered=ordered or in_band_ordered,
+            )
         )
 
     # Keep, per signal, the oldest one still in order; fire the strongest covered one.
@@ -846,7 +858,12 @@ def decide(
             snapshot_source_ts_ms=state.snapshot_source_ts_ms,
         )
         return Decision(
-            state, start_resnapshot, fire, notification, prior.alert is not None, tuple(ignored)
+            state=state,
+            start_resnapshot=start_resnapshot,
+            fire=fire,
+            notification=notification,
+            alert_changed=prior.alert is not None,
+            ignored=tuple(ignored),
         )
     state = replace(
         state,
@@ -857,7 +874,11 @@ def decide(
         last_notification=last_notification,
     )
     return Decision(
-        state, start_resnapshot, None, notification, alert != prior.alert, tuple(ignored)
+        state=state,
+        start_resnapshot=start_resnapshot,
+        notification=notification,
+        alert_changed=alert != prior.alert,
+        ignored=tuple(ignored),
     )
 
 

@@ -133,7 +133,7 @@ class BuildTarget:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TargetReport:
     """What one micro-batch did to one build table.
 
@@ -149,13 +149,13 @@ class TargetReport:
 
     table_uri: str
     version: int | None
-    rows: int
-    rejected: int
-    max_event_time_ms: int | None
-    watermark_ms: int
-    snapshot_complete: bool
-    marker_set_now: bool
-    skipped: bool
+    rows: int = 0
+    rejected: int = 0
+    max_event_time_ms: int | None = None
+    watermark_ms: int = WATERMARK_MIN
+    snapshot_complete: bool = False
+    marker_set_now: bool = False
+    skipped: bool = False
     phase: str = "loading"
     signal: str | None = None
     pending: tuple[str, ...] = ()
@@ -167,7 +167,7 @@ class TargetReport:
     schema_changes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchReport:
     """What one micro-batch did, for progress output and tests.
 
@@ -176,16 +176,16 @@ class BatchReport:
     """
 
     batch_id: int
-    records: int
-    changes: int
-    tombstones: int
-    transactions: int
-    schema_changes: int
-    dead_lettered: int
-    unrouted: int
-    end_offsets: Mapping[str, Mapping[str, int]]
-    targets: tuple[TargetReport, ...]
-    seconds: float
+    records: int = 0
+    changes: int = 0
+    tombstones: int = 0
+    transactions: int = 0
+    schema_changes: int = 0
+    dead_lettered: int = 0
+    unrouted: int = 0
+    end_offsets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    targets: tuple[TargetReport, ...] = ()
+    seconds: float = 0.0
     skipped: bool = False
     errors_by_kind: Mapping[str, int] = field(default_factory=dict)
     signal_records: int = 0
@@ -285,17 +285,9 @@ class BuildSink:
             self._markers_checked = True
         if all(self._already_committed(t, batch_id) for t in self.targets):
             return BatchReport(
-                batch_id,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                {},
-                tuple(self._skipped_report(t) for t in self.targets),
-                time.monotonic() - started,
+                batch_id=batch_id,
+                targets=tuple(self._skipped_report(t) for t in self.targets),
+                seconds=time.monotonic() - started,
                 skipped=True,
             )
 
@@ -336,15 +328,11 @@ class BuildSink:
     def _skipped_report(self, target: BuildTarget) -> TargetReport:
         props = delta.get_properties(target.table_uri)
         return TargetReport(
-            target.table_uri,
-            delta.latest_version(target.table_uri),
-            0,
-            0,
-            None,
-            last_watermark(target.table_uri),
-            is_complete(props),
-            False,
-            True,
+            table_uri=target.table_uri,
+            version=delta.latest_version(target.table_uri),
+            watermark_ms=last_watermark(target.table_uri),
+            snapshot_complete=is_complete(props),
+            skipped=True,
             phase=phase_of(props),
             alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
             schema_block=_block_text(target.table_uri, open_block(props)),
@@ -587,9 +575,7 @@ class BuildSink:
         )
         if plan.rows is None and not exists and not needs_table:
             # nothing routed here ever, and no signal or alert for it: no empty table
-            return TargetReport(
-                uri, None, 0, plan.rejected_count, None, WATERMARK_MIN, False, False, False
-            )
+            return TargetReport(table_uri=uri, version=None, rejected=plan.rejected_count)
         rows = plan.rows.persist() if plan.rows is not None else None
         synthetic_count = 0
         try:

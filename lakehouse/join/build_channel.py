@@ -37,7 +37,7 @@ from lakehouse.dimension import layout as L
 from lakehouse.time import WATERMARK_MIN, Watermark, WatermarkStatus
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BuildChannelState:
     """The build table as the join sees it at one version.
 
@@ -95,7 +95,14 @@ def read_build_channel(
     """
     snap = snap if snap is not None else delta.snapshot(uri)
     if not snap.exists:
-        return BuildChannelState(None, False, None, WATERMARK_MIN, None, ())
+        return BuildChannelState(
+            version=None,
+            snapshot_complete=False,
+            completed_version=None,
+            event_watermark_ms=WATERMARK_MIN,
+            last_commit_ms=None,
+            key_columns=(),
+        )
     latest = snap.version
     if version is None:
         props = snap.properties

@@ -20,7 +20,7 @@ MS_PER_UNIT: dict[str, float] = {"s": 1000.0, "ms": 1.0, "us": 0.001}
 DEFAULT_MAX_FUTURE_MS = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JoinOptions:
     """How a probe stream joins a build table.
 

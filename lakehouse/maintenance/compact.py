@@ -60,7 +60,7 @@ META_COMPACTION = "lakehouse.compaction"
 META_OPERATION = "lakehouse.operation"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionResult:
     """What a compaction did (or, dry run, would do).
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _PLAN_HISTORY = 16
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VacuumResult:
     """What a vacuum did (or, dry run, would do).
 

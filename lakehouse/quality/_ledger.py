@@ -29,7 +29,7 @@ from lakehouse.quality.errors import QualityError
 from lakehouse.time import Watermark
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchRecord:
     """One join batch, as its commits recorded it.
 
@@ -245,7 +245,7 @@ def watermark_orders(watermarks: Iterable[Watermark]) -> dict[Watermark, int]:
     return {w: i for i, w in enumerate(sorted(set(watermarks)))}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Accounting:
     """The row accounting of the exactly-once check (see ``expectations/probe_rows_accounted``).
 

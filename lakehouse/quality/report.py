@@ -104,7 +104,7 @@ _ARRIVAL_BATCH = J.ARRIVAL_BATCH
 _PENDING_AGE = "_pending_age_ms"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckResult:
     """The outcome of one check.
 
@@ -158,7 +158,7 @@ class TableVersion:
     version: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QualityReport:
     """The result of :func:`run_quality_report`.
 

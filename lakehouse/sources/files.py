@@ -85,7 +85,7 @@ FileFormat = Literal["lines", "envelope"]
 _OPTIONS: Final = frozenset({"path", "topic", "format", "maxfilespertrigger"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FilesSourceOptions:
     """Validated options of one files stream; plain data, picklable.
 

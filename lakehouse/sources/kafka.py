@@ -111,7 +111,7 @@ _UNSUPPORTED: Final = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaSourceOptions:
     """Validated options of one Kafka stream; plain data.
 
