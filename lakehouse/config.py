@@ -54,6 +54,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lakehouse.errors import ConfigError
+from lakehouse.join.options import (  # the join's choices, declared once
+    ExpiryPolicy,
+    JoinMode,
+    JoinType,
+    LatePolicy,
+    PendingBoundPolicy,
+    TimeUnit,
+    WatermarkKind,
+)
 
 ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
@@ -175,21 +184,21 @@ class JoinConfig(StreamConfig):
     output_table: str
     pending_table: str
     dead_letter_table: str
-    mode: Literal["rowtime", "proctime"] = "rowtime"
-    join_type: Literal["inner", "left"] = "inner"
+    mode: JoinMode = "rowtime"
+    join_type: JoinType = "inner"
     # None: "bounded" for row time; for processing time "none" (FLIP-326: the probe side
     # gives no event-time watermark unless the user configures one)
-    watermark: Literal["bounded", "ascending", "none"] | None = None
+    watermark: WatermarkKind | None = None
     out_of_orderness_ms: int = Field(default=0, ge=0)
-    late_policy: Literal["join", "dead-letter"] = "join"
+    late_policy: LatePolicy = "join"
     build_idle_timeout_ms: int | None = Field(default=None, gt=0)
     pending_ttl_ms: int | None = Field(default=None, gt=0)
-    expiry_policy: Literal["release", "dead-letter"] = "release"
+    expiry_policy: ExpiryPolicy = "release"
     build_prefix: str = ""
     pending_max_rows: int | None = Field(default=None, gt=0)
     pending_max_age_ms: int | None = Field(default=None, gt=0)
-    on_pending_bound: Literal["dead-letter", "fail"] = "dead-letter"
-    probe_time_unit: Literal["s", "ms", "us"] = "ms"
+    on_pending_bound: PendingBoundPolicy = "dead-letter"
+    probe_time_unit: TimeUnit = "ms"
     max_future_ms: int | None = Field(default=86_400_000, gt=0)
     # Bounded runs (README "Scheduled and backfill runs"): end the probe input at the end of
     # an available-now run, and optionally declare the build side complete too.
