@@ -1,10 +1,12 @@
-"""Scheduled runs (issue 15): available-now runs that finish their work, and triggers that change.
+"""Scheduled runs (issue 15): runs that finish their work, triggers that change, exit codes.
 
-A join scheduled before its ingest leaves its rows pending; once the ingest has run, the next
-available-now run of the join releases them although no probe row is new (the tick source is
-in every join's stream, so each run has a batch). The same checkpoint then runs with a
-processing-time trigger and back with available-now: the query's source list never changes.
-In-process, on the test session's Spark, through the runner the CLI uses.
+Every test drives the installed ``lakehouse`` command as a scheduler does, and reads the tables
+it leaves with the test session's Spark. A join scheduled before its ingest is refused unless
+told to wait; once the ingest has run, the next available-now run of the join releases what
+waited although no probe row is new (the tick source is in every join's stream, so each run
+has a batch); the same checkpoint then runs with a processing-time trigger, stopped with
+Ctrl-C, and back with available-now. A backfill runs to completion (``--until-complete``) and
+equals the reference; records that contradict the probe schema are refused, then kept.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -22,8 +25,6 @@ from helpers import assert_rows_equal, write_build_table
 from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
-from lakehouse.config import load_settings
-from lakehouse.runner import start_ingest, start_join
 from lakehouse.testing import DebeziumTable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -35,9 +36,13 @@ def _write(path: Path, lines: list[str]) -> None:
     tmp.rename(path)
 
 
-def _config(tmp: Path, trigger: str) -> Path:
-    cfg = tmp / f"{trigger}.toml"
+def _config(tmp: Path) -> Path:
+    cfg = tmp / "lakehouse.toml"
     cfg.write_text(f"""
+[spark]
+master = "local[1]"
+conf = {{ "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }}
+
 [ingest]
 pipeline_id = "ingest"
 source = "files"
@@ -54,7 +59,7 @@ pipeline_id = "join"
 source = "files"
 path = "{tmp}/orders"
 checkpoint = "{tmp}/ck/join"
-trigger = "{trigger}"
+trigger = "available-now"
 interval = "1 second"
 probe_schema = "order_id bigint, currency string"
 probe_key = ["currency"]
@@ -69,12 +74,6 @@ dead_letter_table = "{tmp}/out/join_dead_letter"
     return cfg
 
 
-def _run_available_now(starter, spark, cfg: Path) -> None:
-    query = starter(spark, load_settings(cfg))
-    query.awaitTermination()
-    assert query.exception() is None
-
-
 def _released(spark, tmp: Path) -> list[int]:
     out = f"{tmp}/out/output"
     if not delta.table_exists(out):
@@ -82,44 +81,65 @@ def _released(spark, tmp: Path) -> list[int]:
     return sorted(r.order_id for r in delta.read(spark, out).collect())
 
 
+def _ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stderr
+
+
 def test_an_available_now_join_after_its_ingest_releases_what_waited_and_triggers_can_change(
     spark, tmp_path
 ):
+    # as cron runs it: the installed command, one run after another on the same checkpoint
     (tmp_path / "cdc").mkdir()
     (tmp_path / "orders").mkdir()
-    now = _config(tmp_path, "available-now")
+    cfg = str(_config(tmp_path))
     _write(
         tmp_path / "orders" / "0001.jsonl",
         [json.dumps({"order_id": i, "currency": c}) for i, c in enumerate(["EUR", "GBP"])],
     )
-    # 1. the join is scheduled before its ingest: nothing to join against yet
-    _run_available_now(start_join, spark, now)
+    # 1. the join is scheduled before its ingest: refused (a mistyped path would keep every
+    #    row pending), unless it is told to wait, which it says
+    missing = _lakehouse("join", "-c", cfg)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.stderr
+    assert "--wait-for-build" in missing.stderr and "Traceback" not in missing.stderr
+    assert "waits for it" in _ok(_lakehouse("join", "-c", cfg, "--wait-for-build"))
     assert _released(spark, tmp_path) == []
 
     # 2. the ingest runs (the whole snapshot, marker set)
     t = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
     snap = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP")])
     _write(tmp_path / "cdc" / "0001.jsonl", [json.dumps(m.value) for m in snap])
-    _run_available_now(start_ingest, spark, now)
+    _ok(_lakehouse("ingest", "-c", cfg))
 
     # 3. the next run of the join has no new order, and releases both
-    _run_available_now(start_join, spark, now)
+    _ok(_lakehouse("join", "-c", cfg))
     assert _released(spark, tmp_path) == [0, 1]
 
     # 4. the same checkpoint with a processing-time trigger (Spark refused it before: the
-    #    tick source made the source lists differ), then available-now again
+    #    tick source made the source lists differ), stopped with Ctrl-C as a person would,
+    #    then available-now again
     _write(tmp_path / "orders" / "0002.jsonl", [json.dumps({"order_id": 2, "currency": "EUR"})])
-    running = start_join(spark, load_settings(_config(tmp_path, "processing-time")))
+    running = subprocess.Popen(
+        [str(Path(sys.executable).parent / "lakehouse"), "join", "-c", cfg],
+        env={**os.environ, "COLUMNS": "4000", "LAKEHOUSE_JOIN__TRIGGER": "processing-time"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while _released(spark, tmp_path) != [0, 1, 2]:
-            assert running.exception() is None
+            assert running.poll() is None, running.communicate()[1][-4000:]
             assert time.monotonic() < deadline, "the processing-time run released nothing"
             time.sleep(0.5)
+        running.send_signal(signal.SIGINT)
+        err = running.communicate(timeout=120)[1]
     finally:
-        running.stop()
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 0, err[-4000:]
+    assert "stopping join (Ctrl-C); it resumes from its checkpoint" in err
     _write(tmp_path / "orders" / "0003.jsonl", [json.dumps({"order_id": 3, "currency": "GBP"})])
-    _run_available_now(start_join, spark, now)
+    _ok(_lakehouse("join", "-c", cfg))
     assert _released(spark, tmp_path) == [0, 1, 2, 3]
 
 
