@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -546,6 +547,10 @@ def _sql_metadata(spark: SparkSession, metadata: Metadata) -> Iterator[None]:
 
 
 def _quote(uri: str) -> str:
+    """The path identifier of a table in SQL. Delta reads ``delta.`out/rates``` as a table
+    name, not a path (TABLE_OR_VIEW_NOT_FOUND): a relative local path is made absolute."""
+    if "://" not in uri and not uri.startswith("file:"):
+        uri = os.path.abspath(uri)
     return "delta.`" + uri.replace("`", "``") + "`"
 
 

@@ -146,10 +146,11 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
 # ------------------------------------------------------------- bounded runs, as a user runs them
 
 
-def _lakehouse(*args: str) -> subprocess.CompletedProcess[str]:
+def _lakehouse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The installed ``lakehouse`` command, as a scheduler runs it."""
     return subprocess.run(
         [str(Path(sys.executable).parent / "lakehouse"), *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
@@ -158,8 +159,11 @@ def _lakehouse(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _rowtime_config(tmp: Path) -> Path:
+def _rowtime_config(tmp: Path, *, relative: bool = False) -> Path:
+    """A row-time join on files; with ``relative`` every location is relative to ``tmp``
+    (the directory the commands then run in), as a user writes them."""
     cfg = tmp / "backfill.toml"
+    at = "" if relative else f"{tmp}/"
     cfg.write_text(f"""
 [spark]
 master = "local[1]"
@@ -168,19 +172,19 @@ conf = {{ "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }}
 [ingest]
 pipeline_id = "rates"
 source = "files"
-path = "{tmp}/cdc"
-checkpoint = "{tmp}/ck/ingest"
-dead_letter_table = "{tmp}/out/dead_letter"
+path = "{at}cdc"
+checkpoint = "{at}ck/ingest"
+dead_letter_table = "{at}out/dead_letter"
 trigger = "available-now"
 [[ingest.tables]]
-table = "{tmp}/out/rates"
+table = "{at}out/rates"
 key = ["currency"]
 
 [join]
 pipeline_id = "backfill"
 source = "files"
-path = "{tmp}/orders"
-checkpoint = "{tmp}/ck/join"
+path = "{at}orders"
+checkpoint = "{at}ck/join"
 probe_schema = "order_id bigint, currency string, order_ts bigint"
 probe_key = ["currency"]
 probe_time = "order_ts"
@@ -188,10 +192,10 @@ probe_id = "order_id"
 mode = "rowtime"
 join_type = "left"
 trigger = "available-now"
-build_table = "{tmp}/out/rates"
-output_table = "{tmp}/out/output"
-pending_table = "{tmp}/out/pending"
-dead_letter_table = "{tmp}/out/join_dead_letter"
+build_table = "{at}out/rates"
+output_table = "{at}out/output"
+pending_table = "{at}out/pending"
+dead_letter_table = "{at}out/join_dead_letter"
 """)
     return cfg
 
@@ -201,7 +205,7 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
     # runs it: the installed command, its exit code, its last line
     (tmp_path / "cdc").mkdir()
     (tmp_path / "orders").mkdir()
-    cfg = _rowtime_config(tmp_path)
+    cfg = _rowtime_config(tmp_path, relative=True)  # relative locations, run from tmp_path
     t0 = 1_700_000_000_000
     t = DebeziumTable("public", "rates", key="currency", start_ms=t0)
     cdc = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP", "CHF")])
@@ -223,12 +227,12 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
     _write(tmp_path / "orders" / "0001.jsonl", [json.dumps(o) for o in orders[4:]])
     _write(tmp_path / "orders" / "0002.jsonl", [json.dumps(o) for o in orders[:4]])
 
-    ingest = _lakehouse("ingest", "-c", str(cfg))
+    ingest = _lakehouse("ingest", "-c", cfg.name, cwd=tmp_path)
     assert ingest.returncode == 0, ingest.stderr[-4000:]
 
     # 1. the build table's watermark is at its last change: the order after it stays pending,
     #    and the run says so, with what to do, and exit 3
-    first = _lakehouse("join", "-c", str(cfg), "--until-complete")
+    first = _lakehouse("join", "-c", cfg.name, "--until-complete", cwd=tmp_path)
     assert first.returncode == 3, first.stderr[-4000:]
     assert "incomplete: 1 row(s) left pending" in first.stderr
     assert "--build-complete" in first.stderr and "after the build watermark" in first.stderr
@@ -236,7 +240,9 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
     assert [r.order_id for r in pending] == [6]
 
     # 2. the dimension is finished (a backfill): the end releases everything, exit 0
-    second = _lakehouse("join", "-c", str(cfg), "--until-complete", "--build-complete")
+    second = _lakehouse(
+        "join", "-c", cfg.name, "--until-complete", "--build-complete", cwd=tmp_path
+    )
     assert second.returncode == 0, second.stderr[-4000:]
     assert "complete: the probe input is joined, nothing is pending" in second.stderr
     assert delta.row_count(f"{tmp_path}/out/pending") == 0
@@ -254,6 +260,8 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
         [(r.order_id, None if r.rate is None else str(r.rate)) for r in out], expected
     )
     assert {r.order_id: r._released_by for r in out}[6] == "end_of_input"
+    status = _lakehouse("status", "out/pending", cwd=tmp_path)
+    assert status.returncode == 0 and "pending backlog" in status.stdout, status.stderr
 
 
 def test_a_bounded_run_refuses_a_trigger_that_never_ends_before_spark_starts(tmp_path):
