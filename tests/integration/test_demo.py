@@ -1,26 +1,42 @@
-"""The demo in files mode, end to end (what `make demo ARGS="--source files"` runs)."""
+"""The demo in files mode, end to end (what `make demo ARGS="--source files"` runs), through the
+installed command."""
 
 from __future__ import annotations
 
-import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from lakehouse import delta
-from lakehouse.demo import run_demo
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
-    out = io.StringIO()
-    code = run_demo(
-        source="files", output=tmp_path / "demo", orders=240, console=Console(file=out, width=120)
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "120"},
+        check=False,
     )
-    text = out.getvalue()
-    assert code == 0, text
+
+
+def test_demo_refuses_an_unknown_source_before_spark_starts():
+    proc = _demo("--source", "carrier-pigeon")
+    assert proc.returncode == 2, proc.stderr
+    assert "--source must be 'kafka' or 'files'" in proc.stderr
+
+
+def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
+    proc = _demo("--source", "files", "--output", str(tmp_path / "demo"), "--orders", "240")
+    text = proc.stdout
+    assert proc.returncode == 0, (text[-4000:], proc.stderr[-4000:])
     assert "demo summary" in text
     tables = tmp_path / "demo" / "tables"
     # every order was joined by the processing-time join, after the snapshot completed
