@@ -268,7 +268,30 @@ def _run(
     for q in queries:
         if q.exception() is not None:
             raise q.exception()
+    _end_input(spark, cfg, stats, console)
     return _finish(spark, cfg, stats, data, out, console, started)
+
+
+def _end_input(spark: Any, cfg: dict[str, Any], stats: _Stats, console: Console) -> None:
+    """The producers are done: end the row-time join's input, as ``lakehouse join
+    --until-complete`` does, so the orders after its last watermark are released too (the
+    rates table is idle by now: the end releases every waiting order, each joined as of its
+    own time)."""
+    from lakehouse.config import Settings
+    from lakehouse.runner import start_join
+
+    console.print("ending the row-time join's input (lakehouse join --until-complete) ...")
+    ending = Settings.model_validate(
+        {
+            "spark": cfg["spark"],
+            "kafka": cfg["kafka"],
+            "join": {**cfg["rowtime"], "trigger": "available-now", "until_complete": True},
+        }
+    )
+    query = start_join(spark, ending, on_batch=_on_join(stats, "rowtime"))
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise query.exception()
 
 
 def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
