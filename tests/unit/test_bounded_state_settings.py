@@ -7,7 +7,8 @@ import pytest
 from helpers import join_options
 
 from lakehouse import delta
-from lakehouse.cli import _duration_ms, _time_ms, main
+from lakehouse.cli import main
+from lakehouse.cli.maintenance import _duration_ms, _time_ms
 from lakehouse.config import load_settings
 from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError

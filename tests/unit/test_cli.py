@@ -78,7 +78,7 @@ def test_a_join_whose_build_table_does_not_exist_is_refused_before_spark(capsys,
 
 
 def test_the_demo_configuration_names_both_joins_for_sql_and_vacuum(tmp_path):
-    from lakehouse.cli import _project_tables
+    from lakehouse.cli.tables import _project_tables
     from lakehouse.config import load_settings
     from lakehouse.demo.run import _config, _toml
 

@@ -1,0 +1,88 @@
+"""The ``lakehouse`` Typer application, its global options and the entry point that turns
+errors into one line and an exit code (see :mod:`lakehouse.cli`)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from lakehouse.errors import ConfigError, LakehouseError
+
+app = typer.Typer(
+    name="lakehouse",
+    help="Temporal joins against a CDC-fed, versioned Delta dimension, on Spark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+#: ``--verbose``: an error prints its full trace before its one line.
+_verbose = False
+
+
+@app.callback()
+def _options(
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="On an error, print its full trace before the one line."
+        ),
+    ] = False,
+) -> None:
+    """Temporal joins against a CDC-fed, versioned Delta dimension, on Spark."""
+    global _verbose
+    _verbose = verbose
+
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML configuration file.", envvar="LAKEHOUSE_CONFIG"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app, turning lakehouse errors into one clear line."""
+    try:
+        # Outside standalone mode click *returns* the code of a ``typer.Exit`` (a failed quality
+        # check, a failed demo) instead of raising it: it must reach the exit status.
+        code = app(args=argv, standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except LakehouseError as e:
+        _trace(e)
+        err_console.print(f"[bold red]error:[/] {e}")
+        sys.exit(2 if isinstance(e, ConfigError) else 1)
+    except Exception as e:
+        cause = _lakehouse_cause(e)
+        if cause is None:
+            raise
+        _trace(e)
+        err_console.print(f"[bold red]error:[/] {cause}")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _trace(e: BaseException) -> None:
+    """Under ``--verbose``: the error's traceback (Spark's error text included) before its
+    one line."""
+    if _verbose:
+        import traceback
+
+        err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False)
+
+
+def _lakehouse_cause(e: BaseException) -> str | None:
+    """The message of a lakehouse error raised inside a streaming query (Spark wraps it)."""
+    # usage errors of the CLI itself (typer vendors click: duck-type its exceptions)
+    if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+        e.show()
+        sys.exit(e.exit_code)
+    # any lakehouse error class, as the Python worker's traceback names it
+    found = re.search(r"lakehouse\.errors\.[A-Za-z]+Error: (.*)", str(e))
+    return found.group(1) if found else None

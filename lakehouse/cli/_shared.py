@@ -1,0 +1,111 @@
+"""What the commands share: the Spark session, flag overrides, checks before Spark starts,
+notices, and waiting for a streaming query."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from lakehouse.cli._app import err_console
+
+
+def spark_for(settings: Any) -> Any:
+    from lakehouse.spark import get_spark
+
+    return get_spark(app_name="lakehouse", master=settings.spark.master, conf=settings.spark.conf)
+
+
+def flag_overrides(**flags: Any) -> dict[str, Any]:
+    return {k: v for k, v in flags.items() if v not in (None, [], ())}
+
+
+def refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
+    """Refuse before Spark starts when another live job writes the tables (the runner's
+    lease decides for good when the query starts)."""
+    from lakehouse.lease import ensure_free
+    from lakehouse.runner import written_tables
+
+    ensure_free(written_tables(settings, command), take_over=take_over)
+
+
+def require_build_table(uri: str, *, wait: bool) -> None:
+    """Refuse, before Spark starts, a join whose build table does not exist (a typo would
+    otherwise keep every row pending, exit 0); with ``wait`` say that the join waits."""
+    from lakehouse import delta
+    from lakehouse.errors import TableNotFoundError
+
+    if delta.table_exists(uri):
+        return
+    if wait:
+        notice(
+            f"build table {uri} does not exist yet: the join waits for it (rows stay pending "
+            "until its snapshot is complete)"
+        )
+        return
+    raise TableNotFoundError(
+        f"build table {uri!r} (join setting build_table) does not exist. Run `lakehouse "
+        "ingest` first or fix the path; to start the join before the ingest on purpose, pass "
+        "--wait-for-build",
+        table_uri=uri,
+    )
+
+
+def notice(message: str) -> None:
+    err_console.print(f"[yellow]{message}[/]")
+
+
+def with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
+    """Wrap the join's progress callback: after each batch, say when the build table is
+    blocked on schema (the dimension misses changes: row time waits, processing time joins
+    the last consistent version)."""
+
+    def notify(report: Any) -> None:
+        on_batch(report)
+        from lakehouse import delta
+        from lakehouse.dimension.schema_block import open_block
+
+        if not delta.table_exists(build_table):
+            return
+        block = open_block(delta.get_properties(build_table))
+        if block is not None:
+            err_console.print(
+                f"  [bold red]build table {build_table} {block.describe()}[/]; row-time "
+                "joins wait at its watermark, processing-time joins read its last consistent "
+                "version"
+            )
+
+    return notify
+
+
+def run_query(query: Any, what: str) -> bool:
+    """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid, the
+    writer lease is released). True when the query ended by itself (not by Ctrl-C)."""
+    import signal
+
+    # PySpark's SIGINT handler calls into the JVM from inside the handler, which breaks (a
+    # py4j traceback instead of a clean stop) when the main thread is itself in a JVM call,
+    # as in awaitTermination. Plain KeyboardInterrupt, and short JVM calls between sleeps.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        while query.isActive:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        err_console.print(f"[yellow]stopping {what} (Ctrl-C); it resumes from its checkpoint[/]")
+        query.stop()
+        return False
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if query.exception() is not None:
+        raise query.exception()
+    from lakehouse.lease import lost
+
+    if lost() is not None:  # stopped because another job took its tables over
+        from lakehouse.errors import WriterLeaseError
+
+        raise WriterLeaseError(str(lost()), table_uri="")
+    return True
+
+
+def short(value: str, limit: int = 60) -> str:
+    """``value`` cut to ``limit`` characters for a table cell."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"

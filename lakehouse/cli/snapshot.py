@@ -1,0 +1,94 @@
+"""``lakehouse snapshot-status``, ``snapshot-complete`` and ``schema-resolve``: a build table's
+snapshot marker and schema block."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from lakehouse.cli._app import ConfigOpt, app, console
+from lakehouse.cli._shared import (
+    spark_for,
+)
+
+# ----------------------------------------------------------------------- snapshot marker
+
+
+@app.command("snapshot-status")
+def snapshot_status(table: Annotated[str, typer.Argument(help="Build table location.")]) -> None:
+    """Show a build table's snapshot state (loading, complete, re-snapshot), the signal that
+    set the marker and when, pending signals and what they wait for, and any alert
+    (ABORTED or SKIPPED snapshots)."""
+    from lakehouse.dimension import snapshot_status as read_status
+
+    status = read_status(table)
+    out = Table(
+        title=f"snapshot of {table} (version {status.version})",
+        show_header=False,
+        title_justify="left",
+    )
+    for label, value in status.rows():
+        if label == "ALERT":
+            out.add_row(f"[bold red]{label}[/]", f"[bold red]{value}[/]")
+        else:
+            out.add_row(label, value)
+    console.print(out)
+
+
+@app.command("snapshot-complete")
+def snapshot_complete(
+    table: Annotated[str, typer.Argument(help="Build table location.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
+) -> None:
+    """Operator override: mark a build table's snapshot complete (for sources that cannot
+    signal it), or end a re-snapshot. Recorded in the table's history with the reason."""
+    from lakehouse.dimension import operator_complete
+
+    version = operator_complete(table, reason=reason)
+    if version is None:
+        console.print(f"{table}: snapshot already complete; nothing changed")
+        return
+    console.print(f"{table}: snapshot marked complete at version {version} (reason: {reason})")
+
+
+@app.command("schema-resolve")
+def schema_resolve(
+    table: Annotated[str, typer.Argument(help="Build table location.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
+    dead_letter_table: Annotated[
+        str | None,
+        typer.Option(help="The ingest's dead-letter table: replay the records the block held."),
+    ] = None,
+    accept_loss: Annotated[
+        bool,
+        typer.Option(
+            "--accept-loss",
+            help="Resume although some held records do not fit (they stay dead-lettered).",
+        ),
+    ] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Resolve a build table's schema block (stop the ingest first): replay the records the
+    block held back that fit the table, and clear the block. See README, "Schema drift"."""
+    from lakehouse.config import load_settings
+    from lakehouse.dimension.schema_block import resolve
+
+    settings = load_settings(config)
+    if dead_letter_table is None and settings.ingest is not None:
+        dead_letter_table = settings.ingest.dead_letter_table
+    spark = spark_for(settings)
+    result = resolve(
+        spark, table, reason=reason, dead_letter_uri=dead_letter_table, accept_loss=accept_loss
+    )
+    what = (
+        f"{table}: replayed {result.replayed} of {result.candidates} held-back records"
+        + (f" (version {result.version})" if result.version is not None else "")
+        + (f", {result.already_applied} already in the table" if result.already_applied else "")
+    )
+    if result.still_incompatible:
+        what += f", {result.still_incompatible} still do not fit and stay dead-lettered"
+    console.print(what)
+    if result.cleared:
+        console.print(f"{table}: schema block cleared (reason: {reason}); restart the ingest")

@@ -1,0 +1,273 @@
+"""``lakehouse status`` and ``lakehouse sql``: looking at the tables."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from lakehouse.cli._app import ConfigOpt, app, console
+from lakehouse.cli._shared import (
+    short,
+    spark_for,
+)
+from lakehouse.errors import ConfigError
+
+# ---------------------------------------------------------------------------------- status
+
+
+@app.command()
+def status(
+    table: Annotated[str, typer.Argument(help="A lakehouse Delta table location.")],
+    batches: Annotated[int, typer.Option(help="How many recent commits to show.")] = 10,
+) -> None:
+    """Show a table's marker, versions, watermark, backlog and recent batches."""
+    from lakehouse import delta
+    from lakehouse.dimension import layout as L
+    from lakehouse.progress import describe_watermark
+
+    version = delta.latest_version(table)
+    props = delta.get_properties(table)
+    history = delta.history(table, limit=batches)
+    summary = Table(title=f"{table}", show_header=False, title_justify="left")
+    summary.add_row("version", str(version))
+    summary.add_row("rows", str(delta.row_count(table)))
+    from lakehouse.lease import holder_state, read_lease
+
+    holder = read_lease(table)
+    if holder is not None:  # the job writing it (see "Concurrent writers" in the README)
+        stale = holder_state(holder)
+        summary.add_row(
+            "writer", holder.describe() + (f" [yellow](stale: {stale})[/]" if stale else "")
+        )
+    kind = props.get(L.PROP_TABLE_KIND, "")
+    if kind == "build" or L.PROP_SNAPSHOT_COMPLETE in props:
+        complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false")
+        summary.add_row("kind", "build table")
+        summary.add_row("key", props.get(L.PROP_PRIMARY_KEY, "-"))
+        summary.add_row("snapshot complete", complete)
+        for label, key in (
+            ("completed at", L.PROP_SNAPSHOT_COMPLETED_AT),
+            ("completed version", L.PROP_SNAPSHOT_COMPLETED_VERSION),
+            ("signal", L.PROP_SNAPSHOT_SIGNAL),
+        ):
+            if key in props:
+                summary.add_row(label, props[key])
+        wm = next(
+            (h.metadata[L.META_WATERMARK] for h in history if h.metadata.get(L.META_WATERMARK)),
+            None,
+        )
+        summary.add_row("build watermark", describe_watermark(wm))
+        _schema_rows(summary, table, props, history)
+    pending = next((h.metadata for h in history if "lakehouse.pendingRows" in h.metadata), None)
+    if pending is not None:
+        import json
+
+        summary.add_row("kind", "pending table")
+        summary.add_row("pending backlog", pending["lakehouse.pendingRows"])
+        state = json.loads(pending.get("lakehouse.state", "{}"))
+        if "combined" in state:
+            summary.add_row("combined watermark", describe_watermark(json.dumps(state["combined"])))
+        if state.get("evictedTotal"):
+            summary.add_row("evicted by the pending bound", str(state["evictedTotal"]))
+        alert = next(
+            (h.metadata for h in history if h.metadata.get("lakehouse.pendingBoundAlert")), None
+        )
+        if alert is not None:
+            summary.add_row(
+                "[bold red]ALERT[/]",
+                f"[bold red]{alert['lakehouse.pendingBoundAlert']}[/] (rows in the dead-letter "
+                "table with _error_kind pending_bound_*)",
+            )
+    console.print(summary)
+    recent = Table(
+        "version",
+        "time (UTC)",
+        "operation",
+        "commit metadata",
+        title="recent commits",
+        title_justify="left",
+    )
+    for h in history:
+        meta = ", ".join(
+            f"{k.removeprefix('lakehouse.')}={short(v)}" for k, v in sorted(h.metadata.items())
+        )
+        recent.add_row(
+            str(h.version),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.timestamp_ms / 1000)),
+            h.operation,
+            meta,
+        )
+    console.print(recent)
+
+
+def _schema_rows(summary: Table, table: str, props: dict[str, str], history: list[Any]) -> None:
+    """A build table's schema state: an open block (in red), the last resolution, and the
+    last Debezium schema change (DDL) recorded."""
+    import json
+
+    from lakehouse.dimension import layout as L
+    from lakehouse.dimension.schema_block import blocked_total, last_resolved, open_block
+
+    block = open_block(props)
+    if block is not None:
+        summary.add_row(
+            "[bold red]schema[/]", f"[bold red]{block.describe(blocked_total(table))}[/]"
+        )
+        summary.add_row("block reason", block.reason)
+    else:
+        summary.add_row("schema", "ok")
+    resolved = last_resolved(props)
+    if resolved is not None:
+        summary.add_row(
+            "last schema block",
+            f"column {resolved['block']['column']}, resolved {resolved['resolvedAt']}: "
+            f"{resolved['reason']} (replayed {resolved['replayed']}, left dead-lettered "
+            f"{resolved['stillIncompatible']})",
+        )
+    ddl = next((h for h in history if h.metadata.get(L.META_SCHEMA_CHANGES)), None)
+    if ddl is not None:
+        events = json.loads(ddl.metadata[L.META_SCHEMA_CHANGES])
+        summary.add_row(
+            "last schema change",
+            f"version {ddl.version}: {short(str(events[-1].get('ddl')), 100)}"
+            + (f" (+{len(events) - 1} more in that commit)" if len(events) > 1 else ""),
+        )
+
+
+# ------------------------------------------------------------------------------------- sql
+
+READ_ONLY_STATEMENTS = (
+    "select",
+    "with",
+    "show",
+    "describe",
+    "desc",
+    "explain",
+    "values",
+    "table",
+    "from",
+)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="A read-only Spark SQL query.")],
+    config: ConfigOpt = None,
+    table: Annotated[
+        list[str] | None, typer.Option(help="Register NAME=LOCATION as a view (repeatable).")
+    ] = None,
+    as_of: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as-of", help="Read a table at a version: VERSION (all tables) or NAME=VERSION."
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 50,
+) -> None:
+    """Run a read-only SQL query over the project's Delta tables (registered as views)."""
+    from lakehouse import delta
+    from lakehouse.config import load_settings
+
+    first = query.strip().split(None, 1)[0].lower() if query.strip() else ""
+    if first not in READ_ONLY_STATEMENTS:
+        raise ConfigError(
+            f"lakehouse sql runs read-only queries only ({', '.join(READ_ONLY_STATEMENTS)}); "
+            f"got a statement starting with {first!r}. Change the tables with the pipelines.",
+            setting="query",
+        )
+    settings = load_settings(config)
+    views = _project_tables(settings)
+    for item in table or []:
+        name, sep, location = item.partition("=")
+        if not sep or not name or not location:
+            raise ConfigError(f"--table takes NAME=LOCATION, got {item!r}", setting="table")
+        views[name] = location
+    if not views:
+        raise ConfigError(
+            "no tables to query: give --config with [ingest]/[join] sections, or "
+            "--table NAME=LOCATION",
+            setting="table",
+        )
+    versions: dict[str, int] = {}
+    for item in as_of or []:
+        name, sep, version = item.rpartition("=")
+        targets = [name] if sep else list(views)
+        for target in targets:
+            if target not in views:
+                raise ConfigError(
+                    f"--as-of names unknown table {target!r}; tables: {sorted(views)}",
+                    setting="as_of",
+                )
+            versions[target] = int(version)
+    spark = spark_for(settings)
+    for name, location in views.items():
+        if delta.table_exists(location):
+            delta.read(spark, location, version=versions.get(name)).createOrReplaceTempView(name)
+    # only the registered tables: no `SELECT ... FROM parquet.`/any/path``
+    spark.conf.set("spark.sql.runSQLOnFiles", "false")
+    _check_read_only(spark, query)
+    result = spark.sql(query)
+    rows = result.limit(limit + 1).collect()
+    out = Table(*result.columns)
+    for row in rows[:limit]:
+        out.add_row(*["NULL" if v is None else str(v) for v in row])
+    console.print(out)
+    if len(rows) > limit:
+        console.print(f"[dim](first {limit} rows shown; use --limit)[/]")
+
+
+#: Functions that call arbitrary Java methods: refused by ``lakehouse sql``.
+_JVM_CALL_FUNCTIONS = re.compile(r"`?\b(reflect|java_method|try_reflect)\b`?\s*\(", re.IGNORECASE)
+#: Parsed-plan node classes of statements that write, whatever word they start with
+#: (``FROM t INSERT ...``, ``WITH x AS (...) INSERT ...``).
+_WRITE_NODES = re.compile(
+    r"Insert|Merge|Delete|Update|Create|Replace|Drop|Alter|Truncate|Cache|Refresh|Load|Set|"
+    r"Reset|Add|Use|Command"
+)
+
+
+def _check_read_only(spark: Any, query: str) -> None:
+    """Refuse a query that would write or escape the registered tables, before running it:
+    its parsed plan must hold no write or command node (Spark runs commands eagerly in
+    ``spark.sql``), and it must not call Java methods (``reflect``)."""
+    if _JVM_CALL_FUNCTIONS.search(query):
+        raise ConfigError(
+            "lakehouse sql refuses reflect/java_method (they call Java methods); query the "
+            "tables with SQL functions only",
+            setting="query",
+        )
+    jvm_plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
+    first = query.strip().split(None, 1)[0].lower()
+    pending = [jvm_plan]
+    while pending:
+        node = pending.pop()
+        name = node.getClass().getSimpleName()
+        harmless = first in ("explain", "describe", "desc", "show") and node is jvm_plan
+        if not harmless and _WRITE_NODES.search(name):
+            raise ConfigError(
+                f"lakehouse sql runs read-only queries only; this one contains a {name} "
+                "(a write or a command). Change the tables with the pipelines.",
+                setting="query",
+            )
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+
+
+def _project_tables(settings: Any) -> dict[str, str]:
+    tables: dict[str, str] = {}
+    if settings.ingest is not None:
+        for t in settings.ingest.tables:
+            tables[Path(t.table).name] = t.table
+        tables[Path(settings.ingest.dead_letter_table).name] = settings.ingest.dead_letter_table
+    if settings.join is not None:
+        j = settings.join
+        for location in (j.build_table, j.output_table, j.pending_table, j.dead_letter_table):
+            tables[Path(location).name] = location
+    for location in settings.maintenance.lineage_outputs:  # the other joins' outputs
+        tables[Path(location).name] = location
+    return {name.replace("-", "_"): loc for name, loc in tables.items()}
