@@ -36,40 +36,51 @@ def _write(path: Path, lines: list[str]) -> None:
     tmp.rename(path)
 
 
-def _config(tmp: Path) -> Path:
+def _config(tmp: Path, *, mode: str = "proctime", relative: bool = False) -> Path:
+    """An ingest of rates and a join of orders on JSON-lines files, both available-now: a
+    processing-time join of ``order_id, currency``, or a row-time one with ``order_ts``. With
+    ``relative`` every location is relative to ``tmp`` (the directory the commands then run
+    in), as a user writes them."""
     cfg = tmp / "lakehouse.toml"
+    at = "" if relative else f"{tmp}/"
+    probe = (
+        'probe_schema = "order_id bigint, currency string"'
+        if mode == "proctime"
+        else 'probe_schema = "order_id bigint, currency string, order_ts bigint"\n'
+        'probe_time = "order_ts"'
+    )
     cfg.write_text(f"""
 [spark]
 master = "local[1]"
 conf = {{ "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }}
 
 [ingest]
-pipeline_id = "ingest"
+pipeline_id = "rates"
 source = "files"
-path = "{tmp}/cdc"
-checkpoint = "{tmp}/ck/ingest"
-dead_letter_table = "{tmp}/out/dead_letter"
+path = "{at}cdc"
+checkpoint = "{at}ck/ingest"
+dead_letter_table = "{at}out/dead_letter"
 trigger = "available-now"
 [[ingest.tables]]
-table = "{tmp}/out/rates"
+table = "{at}out/rates"
 key = ["currency"]
 
 [join]
-pipeline_id = "join"
+pipeline_id = "orders"
 source = "files"
-path = "{tmp}/orders"
-checkpoint = "{tmp}/ck/join"
+path = "{at}orders"
+checkpoint = "{at}ck/join"
 trigger = "available-now"
 interval = "1 second"
-probe_schema = "order_id bigint, currency string"
+{probe}
 probe_key = ["currency"]
 probe_id = "order_id"
-mode = "proctime"
+mode = "{mode}"
 join_type = "left"
-build_table = "{tmp}/out/rates"
-output_table = "{tmp}/out/output"
-pending_table = "{tmp}/out/pending"
-dead_letter_table = "{tmp}/out/join_dead_letter"
+build_table = "{at}out/rates"
+output_table = "{at}out/output"
+pending_table = "{at}out/pending"
+dead_letter_table = "{at}out/join_dead_letter"
 """)
     return cfg
 
@@ -159,53 +170,12 @@ def _lakehouse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
     )
 
 
-def _rowtime_config(tmp: Path, *, relative: bool = False) -> Path:
-    """A row-time join on files; with ``relative`` every location is relative to ``tmp``
-    (the directory the commands then run in), as a user writes them."""
-    cfg = tmp / "backfill.toml"
-    at = "" if relative else f"{tmp}/"
-    cfg.write_text(f"""
-[spark]
-master = "local[1]"
-conf = {{ "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }}
-
-[ingest]
-pipeline_id = "rates"
-source = "files"
-path = "{at}cdc"
-checkpoint = "{at}ck/ingest"
-dead_letter_table = "{at}out/dead_letter"
-trigger = "available-now"
-[[ingest.tables]]
-table = "{at}out/rates"
-key = ["currency"]
-
-[join]
-pipeline_id = "backfill"
-source = "files"
-path = "{at}orders"
-checkpoint = "{at}ck/join"
-probe_schema = "order_id bigint, currency string, order_ts bigint"
-probe_key = ["currency"]
-probe_time = "order_ts"
-probe_id = "order_id"
-mode = "rowtime"
-join_type = "left"
-trigger = "available-now"
-build_table = "{at}out/rates"
-output_table = "{at}out/output"
-pending_table = "{at}out/pending"
-dead_letter_table = "{at}out/join_dead_letter"
-""")
-    return cfg
-
-
 def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path):
     # "join last month's orders with the rates valid at each order's time", as a scheduler
     # runs it: the installed command, its exit code, its last line
     (tmp_path / "cdc").mkdir()
     (tmp_path / "orders").mkdir()
-    cfg = _rowtime_config(tmp_path, relative=True)  # relative locations, run from tmp_path
+    cfg = _config(tmp_path, mode="rowtime", relative=True)  # relative locations, run from tmp_path
     t0 = 1_700_000_000_000
     t = DebeziumTable("public", "rates", key="currency", start_ms=t0)
     cdc = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP", "CHF")])
@@ -267,7 +237,7 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
 def test_a_bounded_run_refuses_a_trigger_that_never_ends_before_spark_starts(tmp_path):
     (tmp_path / "cdc").mkdir()
     (tmp_path / "orders").mkdir()
-    cfg = _rowtime_config(tmp_path)
+    cfg = _config(tmp_path, mode="rowtime")
     proc = _lakehouse("join", "-c", str(cfg), "--until-complete", "--trigger", "processing-time")
     assert proc.returncode == 2, proc.stderr
     assert "until_complete" in proc.stderr and "available-now" in proc.stderr
@@ -279,7 +249,7 @@ def test_records_that_contradict_the_probe_schema_are_refused_then_dead_lettered
     spark, tmp_path
 ):
     (tmp_path / "orders").mkdir()
-    cfg = _rowtime_config(tmp_path)
+    cfg = _config(tmp_path, mode="rowtime")
     t0 = 1_700_000_000_000
     write_build_table(
         spark, f"{tmp_path}/out/rates", [Version("EUR", t0, "1", "r", 10)], key="currency"
