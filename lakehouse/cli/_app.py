@@ -38,6 +38,13 @@ def _options(
     """Temporal joins against a CDC-fed, versioned Delta dimension, on Spark."""
     global _verbose
     _verbose = verbose
+    if not verbose:
+        import logging
+
+        # PySpark logs every failed query as a JSON record with the Java trace, before the
+        # exception reaches the command, which reports it in one line
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 ConfigOpt = Annotated[

@@ -210,9 +210,15 @@ def sql(
             delta.read(spark, location, version=versions.get(name)).createOrReplaceTempView(name)
     # only the registered tables: no `SELECT ... FROM parquet.`/any/path``
     spark.conf.set("spark.sql.runSQLOnFiles", "false")
-    _check_read_only(spark, query)
-    result = spark.sql(query)
-    rows = result.limit(limit + 1).collect()
+    try:
+        _check_read_only(spark, query)
+        result = spark.sql(query)
+        rows = result.limit(limit + 1).collect()
+    except Exception as e:
+        line = _query_error(e, views)
+        if line is None:
+            raise
+        raise ConfigError(line, setting="query") from e
     out = Table(*result.columns)
     for row in rows[:limit]:
         out.add_row(*["NULL" if v is None else str(v) for v in row])
@@ -256,6 +262,28 @@ def _check_read_only(spark: Any, query: str) -> None:
             )
         children = node.children()
         pending.extend(children.apply(i) for i in range(children.size()))
+
+
+def _query_error(e: BaseException, views: dict[str, str]) -> str | None:
+    """One line for a query Spark refused (parse or analysis error): its error class and
+    first sentence, where in the query, and for an unknown table the tables there are. None
+    for anything else (a failure of Spark itself keeps its trace)."""
+    java = getattr(e, "java_exception", None)  # the read-only check's parser call
+    text = str(java.getMessage()) if java is not None else str(e)
+    found = re.match(r"\s*\[([A-Z_.]+)\]\s*(.*)", text)
+    if found is None:
+        return None
+    kind, rest = found.group(1), found.group(2)
+    message = rest.split("\n", 1)[0].split(" SQLSTATE", 1)[0].strip()
+    where = re.search(r"\(line (\d+), pos (\d+)\)|line (\d+) pos (\d+)", text)
+    at = ""
+    if where is not None:
+        line, pos = (g for g in where.groups() if g is not None)
+        at = f" (line {line}, column {int(pos) + 1})"
+    hint = ""
+    if kind.startswith("TABLE_OR_VIEW_NOT_FOUND"):
+        hint = f"; the tables are {', '.join(sorted(views))} (--table NAME=LOCATION adds one)"
+    return f"Spark refused the query: {message}{at} [{kind}]{hint}"
 
 
 def _project_tables(settings: Any) -> dict[str, str]:

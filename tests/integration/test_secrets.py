@@ -16,6 +16,7 @@ report, anything a command left in its working directory) for the secret strings
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -235,3 +236,31 @@ def test_sql_reads_only_the_registered_tables(spark, tmp_path):
         spark.conf.unset("spark.sql.runSQLOnFiles")
     assert ok.exit_code == 0 and "EUR" in ok.output
     assert files.exit_code != 0 or files.exception is not None
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (
+            "SELECT * FROM ratez",
+            r"`ratez` cannot be found.*\[TABLE_OR_VIEW_NOT_FOUND\]; the tables are rates",
+        ),
+        (
+            "SELECT * FORM rates",
+            r"Syntax error at or near 'rates'.*\(line 1, column 15\) \[PARSE_SYNTAX_ERROR\]",
+        ),
+        ("SELECT curency FROM rates", r"`curency` cannot be resolved. Did you mean .*`currency`"),
+    ],
+)
+def test_a_query_spark_refuses_is_one_line_naming_the_cause(spark, tmp_path, query, expected):
+    from lakehouse import delta
+
+    uri = str(tmp_path / "rates")
+    delta.append(spark.sql("SELECT 'EUR' AS currency"), uri, txn=("t", 0))
+    try:
+        result = CliRunner().invoke(app, ["sql", "--table", f"rates={uri}", query])
+    finally:
+        spark.conf.unset("spark.sql.runSQLOnFiles")
+    assert isinstance(result.exception, ConfigError), result.output
+    message = str(result.exception)
+    assert "\n" not in message and re.search(expected, message), message
