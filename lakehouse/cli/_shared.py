@@ -28,6 +28,28 @@ def refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
     ensure_free(written_tables(settings, command), take_over=take_over)
 
 
+def require_source(settings: Any, command: str) -> None:
+    """Refuse before Spark starts a files source whose directory does not exist (Spark would
+    start, then fail its first batch).
+
+    Raises:
+        ConfigError: the directory is missing.
+    """
+    import os
+
+    from lakehouse.errors import ConfigError
+
+    cfg = settings.ingest if command == "ingest" else settings.join
+    if cfg is None or cfg.source != "files" or not cfg.path or "://" in cfg.path:
+        return
+    if not os.path.isdir(cfg.path):
+        raise ConfigError(
+            f"directory {os.path.abspath(cfg.path)!r} ({command}.path) does not exist; create "
+            "it (it may be empty) or fix the path",
+            setting=f"{command}.path",
+        )
+
+
 def require_build_table(uri: str, *, wait: bool) -> None:
     """Refuse, before Spark starts, a join whose build table does not exist (a typo would
     otherwise keep every row pending, exit 0); with ``wait`` say that the join waits."""

@@ -12,6 +12,7 @@ from lakehouse.cli._shared import (
     notice,
     refuse_if_written,
     require_build_table,
+    require_source,
     run_query,
     spark_for,
     with_schema_block_notice,
@@ -95,6 +96,7 @@ def ingest(
             "kafka": flag_overrides(bootstrap_servers=bootstrap_servers),
         },
     )
+    require_source(settings, "ingest")
     refuse_if_written(settings, "ingest", take_over)
     spark = spark_for(settings)
     progress = Progress(err_console)
@@ -252,6 +254,7 @@ def join(
     from lakehouse.runner import join_options
 
     join_options(settings.join)  # validates the combination before Spark starts
+    require_source(settings, "join")
     require_build_table(settings.join.build_table, wait=wait_for_build)
     refuse_if_written(settings, "join", take_over)
     spark = spark_for(settings)

@@ -55,6 +55,7 @@ def test_failpoints_parse_names_and_batches(monkeypatch):
 
 
 def test_a_join_whose_build_table_does_not_exist_is_refused_before_spark(capsys, tmp_path):
+    (tmp_path / "orders").mkdir()
     argv = [
         "join",
         "--source", "files",
@@ -88,3 +89,25 @@ def test_the_demo_configuration_names_both_joins_for_sql_and_vacuum(tmp_path):
     assert settings.maintenance.lineage_outputs == [proctime]
     tables = _project_tables(settings)
     assert tables["orders_proctime"] == proctime and "orders_rowtime" in tables
+
+
+@pytest.mark.parametrize("command", ["ingest", "join"])
+def test_a_files_source_whose_directory_does_not_exist_is_refused_before_spark(
+    capsys, tmp_path, monkeypatch, command
+):
+    monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    common = ["--source", "files", "--path", "typo", "--checkpoint", "ck", "--pipeline-id", "p"]
+    specific = {
+        "ingest": ["--table", "rates", "--dead-letter-table", "dlq"],
+        "join": [
+            "--probe-schema", "id bigint, k string", "--probe-key", "k", "--mode", "proctime",
+            "--build-table", "rates", "--output-table", "out", "--pending-table", "pending",
+            "--dead-letter-table", "dlq",
+        ],
+    }  # fmt: skip
+    code, out = _run([command, *common, *specific[command]], capsys)
+    said = " ".join(out.err.split())
+    assert code == 2, out.err
+    assert f"error: directory '{tmp_path / 'typo'}' ({command}.path) does not exist" in said
+    assert "Traceback" not in out.err
