@@ -12,10 +12,13 @@ from rich.table import Table
 
 from lakehouse.cli._app import ConfigOpt, app, console
 from lakehouse.cli._shared import (
+    notice,
     short,
     spark_for,
 )
-from lakehouse.errors import ConfigError
+from lakehouse.delta.query import local
+from lakehouse.delta.query import query as run_local
+from lakehouse.errors import ConfigError, UnsupportedTableError
 
 # ---------------------------------------------------------------------------------- status
 
@@ -168,6 +171,13 @@ def sql(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 50,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="duckdb (no Spark: about a second, DuckDB's SQL), spark (Spark SQL), or auto "
+            "(duckdb for local tables, else spark)."
+        ),
+    ] = "auto",
 ) -> None:
     """Run a read-only SQL query over the project's Delta tables (registered as views)."""
     from lakehouse import delta
@@ -204,6 +214,20 @@ def sql(
                     setting="as_of",
                 )
             versions[target] = int(version)
+    if engine not in ("auto", "duckdb", "spark"):
+        raise ConfigError(
+            f"--engine must be auto, duckdb or spark, got {engine!r}", setting="engine"
+        )
+    if engine == "duckdb" or (engine == "auto" and all(map(local, views.values()))):
+        try:
+            found = run_local(query, views, versions=versions, limit=limit)
+        except UnsupportedTableError as e:
+            if engine == "duckdb":
+                raise
+            notice(f"{e}; running the query on Spark instead")
+        else:
+            _print_rows(found.columns, found.rows, limit)
+            return
     spark = spark_for(settings)
     for name, location in views.items():
         if delta.table_exists(location):
@@ -219,7 +243,11 @@ def sql(
         if line is None:
             raise
         raise ConfigError(line, setting="query") from e
-    out = Table(*result.columns)
+    _print_rows(tuple(result.columns), rows, limit)
+
+
+def _print_rows(columns: tuple[str, ...], rows: list[Any], limit: int) -> None:
+    out = Table(*columns)
     for row in rows[:limit]:
         out.add_row(*["NULL" if v is None else str(v) for v in row])
     console.print(out)

@@ -208,30 +208,36 @@ def test_no_command_takes_a_credential_on_the_command_line():
         "SHOW TABLES; DROP TABLE rates",
     ],
 )
-def test_sql_refuses_writes_whatever_word_they_start_with(spark, tmp_path, query):
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_sql_refuses_writes_whatever_word_they_start_with(spark, tmp_path, query, engine):
     from lakehouse import delta
 
     uri, out = str(tmp_path / "rates"), tmp_path / "written"
     delta.append(spark.sql("SELECT 'EUR' AS currency"), uri, txn=("t", 0))
     before = delta.latest_version(uri)
     try:
-        result = CliRunner().invoke(app, ["sql", "--table", f"rates={uri}", query.format(out=out)])
+        result = CliRunner().invoke(
+            app, ["sql", "--engine", engine, "--table", f"rates={uri}", query.format(out=out)]
+        )
     finally:
         spark.conf.unset("spark.sql.runSQLOnFiles")
     assert isinstance(result.exception, ConfigError) or result.exit_code != 0, result.output
     assert delta.latest_version(uri) == before and not out.exists()
 
 
-def test_sql_reads_only_the_registered_tables(spark, tmp_path):
+@pytest.mark.parametrize(
+    ("engine", "file_query"),
+    [("spark", "SELECT * FROM parquet.`{uri}`"), ("duckdb", "SELECT * FROM '{uri}/*.parquet'")],
+)
+def test_sql_reads_only_the_registered_tables(spark, tmp_path, engine, file_query):
     from lakehouse import delta
 
     uri = str(tmp_path / "rates")
     delta.append(spark.sql("SELECT 'EUR' AS currency"), uri, txn=("t", 0))
+    sql = ["sql", "--engine", engine, "--table", f"rates={uri}"]
     try:
-        ok = CliRunner().invoke(app, ["sql", "--table", f"rates={uri}", "SELECT * FROM rates"])
-        files = CliRunner().invoke(
-            app, ["sql", "--table", f"rates={uri}", f"SELECT * FROM parquet.`{uri}`"]
-        )
+        ok = CliRunner().invoke(app, [*sql, "SELECT * FROM rates"])
+        files = CliRunner().invoke(app, [*sql, file_query.format(uri=uri)])
     finally:
         spark.conf.unset("spark.sql.runSQLOnFiles")
     assert ok.exit_code == 0 and "EUR" in ok.output
@@ -258,7 +264,9 @@ def test_a_query_spark_refuses_is_one_line_naming_the_cause(spark, tmp_path, que
     uri = str(tmp_path / "rates")
     delta.append(spark.sql("SELECT 'EUR' AS currency"), uri, txn=("t", 0))
     try:
-        result = CliRunner().invoke(app, ["sql", "--table", f"rates={uri}", query])
+        result = CliRunner().invoke(
+            app, ["sql", "--engine", "spark", "--table", f"rates={uri}", query]
+        )
     finally:
         spark.conf.unset("spark.sql.runSQLOnFiles")
     assert isinstance(result.exception, ConfigError), result.output
