@@ -37,14 +37,16 @@ def require_source(settings: Any, command: str) -> None:
     """
     import os
 
+    from lakehouse.delta import local_path
     from lakehouse.errors import ConfigError
 
     cfg = settings.ingest if command == "ingest" else settings.join
-    if cfg is None or cfg.source != "files" or not cfg.path or "://" in cfg.path:
+    path = None if cfg is None or cfg.source != "files" or not cfg.path else local_path(cfg.path)
+    if path is None:
         return
-    if not os.path.isdir(cfg.path):
+    if not os.path.isdir(path):
         raise ConfigError(
-            f"directory {os.path.abspath(cfg.path)!r} ({command}.path) does not exist; create "
+            f"directory {os.path.abspath(path)!r} ({command}.path) does not exist; create "
             "it (it may be empty) or fix the path",
             setting=f"{command}.path",
         )

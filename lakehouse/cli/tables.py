@@ -16,7 +16,7 @@ from lakehouse.cli._shared import (
     short,
     spark_for,
 )
-from lakehouse.delta.query import local
+from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
 from lakehouse.errors import ConfigError, UnsupportedTableError
 
@@ -218,7 +218,9 @@ def sql(
         raise ConfigError(
             f"--engine must be auto, duckdb or spark, got {engine!r}", setting="engine"
         )
-    if engine == "duckdb" or (engine == "auto" and all(map(local, views.values()))):
+    if engine == "duckdb" or (
+        engine == "auto" and all(local_path(uri) is not None for uri in views.values())
+    ):
         try:
             found = run_local(query, views, versions=versions, limit=limit)
         except UnsupportedTableError as e:

@@ -22,6 +22,7 @@ from lakehouse.delta.table import get_properties as get_properties
 from lakehouse.delta.table import history as history
 from lakehouse.delta.table import inexact as inexact
 from lakehouse.delta.table import latest_version as latest_version
+from lakehouse.delta.table import local_path as local_path
 from lakehouse.delta.table import overwrite as overwrite
 from lakehouse.delta.table import read as read
 from lakehouse.delta.table import read_files as read_files
@@ -53,6 +54,7 @@ __all__ = [
     "history",
     "inexact",
     "latest_version",
+    "local_path",
     "overwrite",
     "read",
     "read_files",

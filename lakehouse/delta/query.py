@@ -17,7 +17,6 @@ The dialect is DuckDB's (close to PostgreSQL); Spark SQL stays available through
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +33,6 @@ class QueryResult:
 
     columns: tuple[str, ...]
     rows: list[tuple[Any, ...]]
-
-
-def local(uri: str) -> bool:
-    """Whether ``uri`` is a local path (the tables DuckDB is used for by default)."""
-    return "://" not in uri or uri.startswith("file://")
 
 
 def query(
@@ -103,7 +97,7 @@ def _dataset(uri: str, version: int | None) -> Any | None:
     """The table at ``version`` as a lazy Arrow dataset (None: no table there yet)."""
     from deltalake import DeltaTable
 
-    if not os.path.isdir(os.path.join(uri.removeprefix("file://"), "_delta_log")):
+    if not DeltaTable.is_deltatable(uri):
         return None
     try:
         table = DeltaTable(uri, version=version)

@@ -30,6 +30,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -546,11 +547,29 @@ def _sql_metadata(spark: SparkSession, metadata: Metadata) -> Iterator[None]:
             spark.conf.unset(_USER_METADATA_CONF)
 
 
+#: A URI scheme (``s3://``, ``dbfs:/``, ``abfss://``); two characters at least, so that a
+#: Windows drive letter is no scheme.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+
+
+def local_path(uri: str) -> str | None:
+    """The file-system path of a local table location (a plain path, relative or absolute,
+    or a ``file:`` URI), or None for a location on other storage (``s3://``, ``dbfs:/``...).
+
+    >>> local_path("out/rates"), local_path("file:///tmp/t"), local_path("dbfs:/t")
+    ('out/rates', '/tmp/t', None)
+    """
+    if uri.startswith("file:"):
+        return "/" + uri.removeprefix("file:").lstrip("/")
+    return None if _SCHEME.match(uri) else uri
+
+
 def _quote(uri: str) -> str:
     """The path identifier of a table in SQL. Delta reads ``delta.`out/rates``` as a table
-    name, not a path (TABLE_OR_VIEW_NOT_FOUND): a relative local path is made absolute."""
-    if "://" not in uri and not uri.startswith("file:"):
-        uri = os.path.abspath(uri)
+    name, not a path (TABLE_OR_VIEW_NOT_FOUND): a local path is made absolute."""
+    path = local_path(uri)
+    if path is not None:
+        uri = os.path.abspath(path)
     return "delta.`" + uri.replace("`", "``") + "`"
 
 

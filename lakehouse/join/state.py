@@ -278,12 +278,7 @@ def decide(
     probe_wm = probe_watermark(options, probe_max, now_ms)
     build_wm = build.watermark(processing_time=options.mode == "proctime")
     build_status = build.status(now_ms=now_ms, idle_timeout_ms=options.build_idle_timeout_ms)
-    valve = CombinedWatermark(clock=ManualClock(now_ms), initial_output=state.combined)
-    valve.input_watermark("probe", probe_wm)
-    valve.input_watermark("build", build_wm)
-    if build_status is WatermarkStatus.IDLE:
-        valve.input_status("build", WatermarkStatus.IDLE)
-    combined = valve.current()
+    combined = _combine(state.combined, probe_wm, build_wm, build_status, now_ms)
     return ReleasePlan(
         batch_id=batch_id,
         build_version=build.version,
@@ -333,13 +328,25 @@ def final_watermark(
         return None
     if options.build_complete and build.snapshot_complete:
         build_wm = Watermark(WATERMARK_MAX)
-    valve = CombinedWatermark(clock=ManualClock(now_ms), initial_output=combined)
-    valve.input_watermark("probe", Watermark(WATERMARK_MAX))
-    valve.input_watermark("build", build_wm)
+    final = _combine(combined, Watermark(WATERMARK_MAX), build_wm, build_status, now_ms)
+    return None if final == combined else final
+
+
+def _combine(
+    initial: Watermark,
+    probe: Watermark,
+    build: Watermark,
+    build_status: WatermarkStatus,
+    now_ms: int,
+) -> Watermark:
+    """The valve's output over the probe and build channels, starting from ``initial`` (it
+    never goes below it); an idle build channel is left out."""
+    valve = CombinedWatermark(clock=ManualClock(now_ms), initial_output=initial)
+    valve.input_watermark("probe", probe)
+    valve.input_watermark("build", build)
     if build_status is WatermarkStatus.IDLE:
         valve.input_status("build", WatermarkStatus.IDLE)
-    final = valve.current()
-    return None if final == combined else final
+    return valve.current()
 
 
 def late_rule_applies(options: JoinOptions, plan: ReleasePlan) -> bool:
