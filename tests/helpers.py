@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -174,3 +178,20 @@ def join_options(**overrides: Any) -> Any:
     )
     base.update(overrides)
     return JoinOptions(**base)
+
+
+def lakehouse_command(
+    *args: str, cwd: Path | None = None, columns: int = 4000, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``lakehouse`` command, run as a user or a scheduler runs it: a new
+    process, output captured as text, the exit code left to the caller. ``columns`` is the
+    terminal width rich wraps at (wide by default, so that one line stays one line)."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": str(columns)},
+        check=False,
+    )

@@ -8,12 +8,10 @@ and real Delta tables.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import lakehouse_command
 from test_snapshot_signals import T0, Stream, _rates, _raw, _sink, _target
 
 from lakehouse import delta
@@ -110,18 +108,6 @@ def _ingest_config(tmp: Path, cdc: Path, *, pipeline: str, checkpoint: str) -> P
     return cfg
 
 
-def _lakehouse(*args: str) -> subprocess.CompletedProcess[str]:
-    """The installed ``lakehouse`` command, as a user runs it."""
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "4000"},
-        check=False,
-    )
-
-
 @pytest.mark.slow
 def test_a_pipeline_id_is_refused_a_checkpoint_it_did_not_commit_from(spark, tmp_path):
     cdc = tmp_path / "cdc"
@@ -130,7 +116,7 @@ def test_a_pipeline_id_is_refused_a_checkpoint_it_did_not_commit_from(spark, tmp
     snap = t.snapshot([{"currency": c, "rate": "1.0"} for c in ("EUR", "GBP", "JPY")])
     (cdc / "0001.jsonl").write_text("".join(json.dumps(m.value) + "\n" for m in snap))
     table = str(tmp_path / "rates")
-    first = _lakehouse(
+    first = lakehouse_command(
         "ingest", "-c", str(_ingest_config(tmp_path, cdc, pipeline="rates", checkpoint="ck"))
     )
     assert first.returncode == 0, first.stderr
@@ -142,7 +128,7 @@ def test_a_pipeline_id_is_refused_a_checkpoint_it_did_not_commit_from(spark, tmp
     t.advance(60_000)
     updates = [t.update({"currency": c, "rate": "1.5"}) for c in ("EUR", "GBP", "JPY")]
     (cdc / "0002.jsonl").write_text("".join(json.dumps(m.value) + "\n" for m in updates))
-    fresh = _lakehouse(
+    fresh = lakehouse_command(
         "ingest", "-c", str(_ingest_config(tmp_path, cdc, pipeline="rates", checkpoint="ck-new"))
     )
     assert fresh.returncode == 1
@@ -154,18 +140,18 @@ def test_a_pipeline_id_is_refused_a_checkpoint_it_did_not_commit_from(spark, tmp
     assert delta.latest_version(table) == before
 
     # another job's checkpoint (it ran under another pipeline id) is refused too
-    other = _lakehouse(
+    other = lakehouse_command(
         "ingest", "-c", str(_ingest_config(tmp_path, cdc, pipeline="other", checkpoint="ck-other"))
     )
     assert other.returncode == 0, other.stderr
-    swapped = _lakehouse(
+    swapped = lakehouse_command(
         "ingest", "-c", str(_ingest_config(tmp_path, cdc, pipeline="rates", checkpoint="ck-other"))
     )
     assert swapped.returncode == 1
     assert "is another one (query id" in swapped.stderr and "Traceback" not in swapped.stderr
 
     # its own checkpoint continues it; every commit names the checkpoint it came from
-    again = _lakehouse(
+    again = lakehouse_command(
         "ingest", "-c", str(_ingest_config(tmp_path, cdc, pipeline="rates", checkpoint="ck"))
     )
     assert again.returncode == 0, again.stderr

@@ -4,12 +4,10 @@ installed command."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import lakehouse_command
 
 from lakehouse import delta
 
@@ -17,14 +15,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), "demo", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "COLUMNS": "120"},
-        check=False,
-    )
+    return lakehouse_command("demo", *args, columns=120, timeout=900)
 
 
 def test_demo_refuses_an_unknown_source_before_spark_starts():

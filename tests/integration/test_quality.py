@@ -8,15 +8,13 @@ the snapshot) are injected with ``lakehouse.delta`` functions into a copy of rea
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import raw_records, write_build_table
+from helpers import lakehouse_command, raw_records, write_build_table
 from pyspark.sql import functions as F
 from reference import Version
 
@@ -419,15 +417,7 @@ def _quality_command(cwd: Path, opts: JoinOptions, *args: str) -> subprocess.Com
         f'output_table = "{opts.output_uri}"\npending_table = "{opts.pending_uri}"\n'
         f'dead_letter_table = "{opts.dead_letter_uri}"\n'
     )
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), "quality", "-c", str(cfg), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-    )
+    return lakehouse_command("quality", "-c", str(cfg), *args, cwd=cwd, columns=200)
 
 
 @pytest.mark.slow

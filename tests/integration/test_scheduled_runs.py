@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_rows_equal, write_build_table
+from helpers import assert_rows_equal, lakehouse_command, write_build_table
 from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
@@ -110,20 +110,20 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     )
     # 1. the join is scheduled before its ingest: refused (a mistyped path would keep every
     #    row pending), unless it is told to wait, which it says
-    missing = _lakehouse("join", "-c", cfg)
+    missing = lakehouse_command("join", "-c", cfg)
     assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.stderr
     assert "--wait-for-build" in missing.stderr and "Traceback" not in missing.stderr
-    assert "waits for it" in _ok(_lakehouse("join", "-c", cfg, "--wait-for-build"))
+    assert "waits for it" in _ok(lakehouse_command("join", "-c", cfg, "--wait-for-build"))
     assert _released(spark, tmp_path) == []
 
     # 2. the ingest runs (the whole snapshot, marker set)
     t = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
     snap = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP")])
     _write(tmp_path / "cdc" / "0001.jsonl", [json.dumps(m.value) for m in snap])
-    _ok(_lakehouse("ingest", "-c", cfg))
+    _ok(lakehouse_command("ingest", "-c", cfg))
 
     # 3. the next run of the join has no new order, and releases both
-    _ok(_lakehouse("join", "-c", cfg))
+    _ok(lakehouse_command("join", "-c", cfg))
     assert _released(spark, tmp_path) == [0, 1]
 
     # 4. the same checkpoint with a processing-time trigger (Spark refused it before: the
@@ -150,24 +150,11 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     assert running.returncode == 0, err[-4000:]
     assert "stopping join (Ctrl-C); it resumes from its checkpoint" in err
     _write(tmp_path / "orders" / "0003.jsonl", [json.dumps({"order_id": 3, "currency": "GBP"})])
-    _ok(_lakehouse("join", "-c", cfg))
+    _ok(lakehouse_command("join", "-c", cfg))
     assert _released(spark, tmp_path) == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------- bounded runs, as a user runs them
-
-
-def _lakehouse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The installed ``lakehouse`` command, as a scheduler runs it."""
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "4000"},
-        check=False,
-    )
 
 
 def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path):
@@ -197,12 +184,12 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
     _write(tmp_path / "orders" / "0001.jsonl", [json.dumps(o) for o in orders[4:]])
     _write(tmp_path / "orders" / "0002.jsonl", [json.dumps(o) for o in orders[:4]])
 
-    ingest = _lakehouse("ingest", "-c", cfg.name, cwd=tmp_path)
+    ingest = lakehouse_command("ingest", "-c", cfg.name, cwd=tmp_path)
     assert ingest.returncode == 0, ingest.stderr[-4000:]
 
     # 1. the build table's watermark is at its last change: the order after it stays pending,
     #    and the run says so, with what to do, and exit 3
-    first = _lakehouse("join", "-c", cfg.name, "--until-complete", cwd=tmp_path)
+    first = lakehouse_command("join", "-c", cfg.name, "--until-complete", cwd=tmp_path)
     assert first.returncode == 3, first.stderr[-4000:]
     assert "incomplete: 1 row(s) left pending" in first.stderr
     assert "--build-complete" in first.stderr and "after the build watermark" in first.stderr
@@ -210,7 +197,7 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
     assert [r.order_id for r in pending] == [6]
 
     # 2. the dimension is finished (a backfill): the end releases everything, exit 0
-    second = _lakehouse(
+    second = lakehouse_command(
         "join", "-c", cfg.name, "--until-complete", "--build-complete", cwd=tmp_path
     )
     assert second.returncode == 0, second.stderr[-4000:]
@@ -230,7 +217,7 @@ def test_a_backfill_runs_to_completion_and_equals_the_reference(spark, tmp_path)
         [(r.order_id, None if r.rate is None else str(r.rate)) for r in out], expected
     )
     assert {r.order_id: r._released_by for r in out}[6] == "end_of_input"
-    status = _lakehouse("status", "out/pending", cwd=tmp_path)
+    status = lakehouse_command("status", "out/pending", cwd=tmp_path)
     assert status.returncode == 0 and "pending backlog" in status.stdout, status.stderr
 
 
@@ -238,10 +225,12 @@ def test_a_bounded_run_refuses_a_trigger_that_never_ends_before_spark_starts(tmp
     (tmp_path / "cdc").mkdir()
     (tmp_path / "orders").mkdir()
     cfg = _config(tmp_path, mode="rowtime")
-    proc = _lakehouse("join", "-c", str(cfg), "--until-complete", "--trigger", "processing-time")
+    proc = lakehouse_command(
+        "join", "-c", str(cfg), "--until-complete", "--trigger", "processing-time"
+    )
     assert proc.returncode == 2, proc.stderr
     assert "until_complete" in proc.stderr and "available-now" in proc.stderr
-    alone = _lakehouse("join", "-c", str(cfg), "--build-complete")
+    alone = lakehouse_command("join", "-c", str(cfg), "--build-complete")
     assert alone.returncode == 2 and "needs until_complete" in alone.stderr, alone.stderr
 
 
@@ -259,7 +248,7 @@ def test_records_that_contradict_the_probe_schema_are_refused_then_dead_lettered
     _write(tmp_path / "orders" / "0001.jsonl", [json.dumps(o) for o in bad])
 
     # 1. the join's first records: refused before anything is written, naming the column
-    refused = _lakehouse("join", "-c", str(cfg))
+    refused = lakehouse_command("join", "-c", str(cfg))
     assert refused.returncode == 1, refused.stderr[-4000:]
     assert "probe_schema contradicts the join's first probe records (3 of them)" in refused.stderr
     assert "column 'order_id' holds 'A-0', which probe_schema reads as bigint" in refused.stderr
@@ -267,7 +256,7 @@ def test_records_that_contradict_the_probe_schema_are_refused_then_dead_lettered
     assert not delta.table_exists(f"{tmp_path}/out/join_dead_letter")
 
     # 2. told that such records are expected: dead-lettered with the reason, exit 0
-    allowed = _lakehouse("join", "-c", str(cfg), "--allow-dead-letters")
+    allowed = lakehouse_command("join", "-c", str(cfg), "--allow-dead-letters")
     assert allowed.returncode == 0, allowed.stderr[-4000:]
     assert "warning: every probe record of batch 0 (3) was dead-lettered" in allowed.stderr
     dead = delta.read(spark, f"{tmp_path}/out/join_dead_letter").collect()
@@ -277,7 +266,7 @@ def test_records_that_contradict_the_probe_schema_are_refused_then_dead_lettered
 
     # 3. a later scheduled run whose records all fail: the warning, and exit 1
     _write(tmp_path / "orders" / "0002.jsonl", ["{not json", "[1, 2]"])
-    failed = _lakehouse("join", "-c", str(cfg))
+    failed = lakehouse_command("join", "-c", str(cfg))
     assert failed.returncode == 1, failed.stderr[-4000:]
     assert re.search(r"every probe record of batch\(es\) \d+ was dead-lettered", failed.stderr)
     assert "--allow-dead-letters" in failed.stderr
