@@ -10,12 +10,14 @@ from lakehouse.cli._app import err_console
 
 
 def spark_for(settings: Any) -> Any:
+    """The Spark session for a command, from ``settings.spark`` (master and conf)."""
     from lakehouse.spark import get_spark
 
     return get_spark(app_name="lakehouse", master=settings.spark.master, conf=settings.spark.conf)
 
 
 def flag_overrides(**flags: Any) -> dict[str, Any]:
+    """The flags the user gave (not None, not empty), as configuration overrides."""
     return {k: v for k, v in flags.items() if v not in (None, [], ())}
 
 
@@ -75,6 +77,7 @@ def require_build_table(uri: str, *, wait: bool) -> None:
 
 
 def notice(message: str) -> None:
+    """A line on stderr for something the user should know that is no error."""
     err_console.print(f"[yellow]{message}[/]")
 
 
