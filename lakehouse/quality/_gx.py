@@ -6,7 +6,8 @@ What GX gets and does here:
   for one report run, so runs never see each other's state and two runs into the same
   report directory both work. Its only file output is the Data Docs site, written under
   ``<report_dir>/data_docs``. Analytics are disabled in the context's configuration, and
-  nothing in it needs the network.
+  nothing in it needs the network; neither do the pages, which load the CSS/JS shipped with
+  lakehouse instead of GX's CDNs (:mod:`lakehouse.quality._offline`).
 * one **Spark datasource** whose dataframe assets are filled per run
   (``batch_parameters={"dataframe": df}``). It is created with ``persist=False`` so GX does
   not cache DataFrames in the caller's session, and without ``spark_config``, so it uses the
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import LakehouseError
+from lakehouse.quality._offline import make_site_offline
 from lakehouse.quality.errors import QualityError
 
 if TYPE_CHECKING:
@@ -328,7 +330,18 @@ class GxSession:
             return outcomes
 
     def build_docs(self) -> Path:
-        """Build the Data Docs site from this run's results; return its ``index.html``."""
+        """Build the Data Docs site from this run's results; return its ``index.html``.
+
+        The site works offline: its pages load the CSS/JS shipped with lakehouse from
+        ``static/vendor/`` instead of GX's CDNs
+        (:func:`~lakehouse.quality._offline.make_site_offline`), so the directory can be
+        opened, zipped or moved anywhere.
+
+        Raises:
+            QualityError: GX failed or wrote no index, or a page loads a remote script or
+                stylesheet lakehouse has no copy of (a GX upgrade that added one: vendor it
+                with ``scripts/vendor_datadocs_assets.py``).
+        """
         with gx_boundary("building the Data Docs"):
             self.context.build_data_docs(site_names=[DOCS_SITE])
         index = self.docs_dir / "index.html"
@@ -337,4 +350,5 @@ class GxSession:
                 f"Great Expectations built no Data Docs index at '{index}'",
                 stage="building the Data Docs",
             )
+        make_site_offline(self.docs_dir)
         return index
