@@ -58,6 +58,8 @@ def quality(
         probe_id=j.probe_id,
         probe_key=tuple(j.probe_key),
         probe_time=j.probe_time,
+        probe_time_unit=j.probe_time_unit,
+        build_key=tuple(j.build_key),
         report_dir=settings.quality.report_dir,
         max_pending_age_ms=settings.quality.max_pending_age_ms,
     )

@@ -328,4 +328,12 @@ def _project_tables(settings: Any) -> dict[str, str]:
             tables[Path(location).name] = location
     for location in settings.maintenance.lineage_outputs:  # the other joins' outputs
         tables[Path(location).name] = location
+    if settings.join is not None:
+        # the quality report's table of unmatched and pending rows, once a report wrote it
+        from lakehouse.quality.unmatched import TABLE_NAME
+
+        location = str(Path(settings.quality.report_dir) / TABLE_NAME)
+        local = local_path(location)
+        if local is not None and (Path(local) / "_delta_log").is_dir():  # no Spark for this
+            tables[TABLE_NAME] = location
     return {name.replace("-", "_"): loc for name, loc in tables.items()}

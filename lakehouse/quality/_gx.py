@@ -230,6 +230,7 @@ class GxSession:
             # one run id for all validations of the report, so the Data Docs group them
             self._run_id = RunIdentifier(run_name=RUN_NAME, run_time=datetime.now(UTC))
         self._batch_definitions: dict[str, Any] = {}
+        self._described: dict[str, str] = {}  # suite name -> what its asset is, for the pages
 
     def _batch_definition(self, asset: str) -> Any:
         if asset not in self._batch_definitions:
@@ -248,6 +249,7 @@ class GxSession:
         parameters: Mapping[str, Any] | None = None,
         index_columns: Sequence[str] = (),
         sample_rows: int = 20,
+        described: str | None = None,
     ) -> list[ExpectationOutcome]:
         """Validate ``df`` (as dataframe asset ``asset``) against ``suite``.
 
@@ -260,6 +262,8 @@ class GxSession:
             index_columns: columns identifying a failing row in the sample
                 (``unexpected_index_column_names``).
             sample_rows: failing rows kept per expectation.
+            described: what the asset is (e.g. the table and version), shown as the page's
+                "Data asset" (GX shows None for a dataframe asset); default ``asset``.
 
         Returns:
             One outcome per expectation, in the suite's order. The result is also stored for
@@ -292,6 +296,7 @@ class GxSession:
                     stage=stage,
                 )
             gx_suite = self.context.suites.add(gx_suite)
+            self._described[suite.name] = described or asset
             definition = self.context.validation_definitions.add(
                 gx.ValidationDefinition(
                     name=suite.name, data=self._batch_definition(asset), suite=gx_suite
@@ -343,6 +348,7 @@ class GxSession:
                 with ``scripts/vendor_datadocs_assets.py``).
         """
         with gx_boundary("building the Data Docs"):
+            self._name_the_assets()
             self.context.build_data_docs(site_names=[DOCS_SITE])
         index = self.docs_dir / "index.html"
         if not index.is_file():
@@ -352,3 +358,16 @@ class GxSession:
             )
         make_site_offline(self.docs_dir)
         return index
+
+    def _name_the_assets(self) -> None:
+        """Put each result's asset description where the page renderer reads the "Data
+        asset" (``meta.batch_spec.data_asset_name``): a dataframe batch has none."""
+        store = self.context.validation_results_store
+        for key in store.list_keys():
+            result = store.get(key)
+            described = self._described.get(key.expectation_suite_identifier.name)
+            spec = result.meta.get("batch_spec")
+            if described is None or spec is None:
+                continue
+            spec["data_asset_name"] = described
+            store.set(key, result)

@@ -8,12 +8,17 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from lakehouse.quality.unmatched import TABLE_NAME
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from lakehouse.quality.report import QualityReport
 
 _STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "skipped": "yellow"}
+#: Keys of a failing row the console leaves out: the expectation's name, and output_matched's
+#: ``_unmatched`` text (the same id, key and reason again, written for the Data Docs).
+_NOT_SHOWN = frozenset({"expectation", "_unmatched"})
 _STATUS_LABEL = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 
 
@@ -43,7 +48,7 @@ def report_table(report: QualityReport, *, max_rows: int = 5) -> RenderableType:
         if check.failing_rows:
             rows = check.failing_rows[:max_rows]
             lines = [
-                ", ".join(f"{k}={v}" for k, v in row.items() if k != "expectation") for row in rows
+                ", ".join(f"{k}={v}" for k, v in row.items() if k not in _NOT_SHOWN) for row in rows
             ]
             more = len(check.failing_rows) - len(rows)
             if more > 0:
@@ -54,6 +59,16 @@ def report_table(report: QualityReport, *, max_rows: int = 5) -> RenderableType:
             Text.assemble((check.name, "bold"), "\n", (check.title, "dim")),
             Group(*finding),
         )
+    u = report.unmatched
+    if u.rows:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in u.by_reason.items())
+        why = Text.assemble(
+            (f"not matched: {u.unmatched} output row(s), {u.pending} pending", "bold"),
+            f" — by reason: {reasons}\n",
+            (f"every row with its reason: lakehouse sql ... FROM {TABLE_NAME}", "dim"),
+        )
+    else:
+        why = Text("not matched: none (no unmatched output row, nothing pending)", style="dim")
     versions = ", ".join(
         f"{name} v{t.version}" if t.version is not None else f"{name} (none)"
         for name, t in report.tables.items()
@@ -62,10 +77,11 @@ def report_table(report: QualityReport, *, max_rows: int = 5) -> RenderableType:
         f"tables: {versions}\n"
         f"data docs: {report.data_docs_path}\n"
         f"summary:   {report.summary_path}\n"
-        f"plot:      {report.plot_path}",
+        f"plot:      {report.plot_path}\n"
+        f"reasons:   {u.uri}",
         style="dim",
     )
-    return Group(table, footer)
+    return Group(table, why, footer)
 
 
 def print_report(

@@ -7,7 +7,14 @@ directory:
 * ``data_docs/index.html``: Great Expectations Data Docs of the run's validations;
 * ``summary.json``: each check with pass/fail, observed values, a sample of failing rows,
   the table versions validated and the run time;
-* ``watermarks.png``: probe, build and combined watermarks and the pending backlog per batch.
+* ``watermarks.png``: the probe, build and combined watermarks (for a processing-time join,
+  each channel's watermark state) and the pending backlog over batch commit time, with the
+  build snapshot's completion marked;
+* ``unmatched_rows/``: a Delta table of every unmatched output row and every pending row with
+  the reason (:mod:`lakehouse.quality.unmatched`): the key never in the dimension, older than
+  its first version, deleted or truncated at that time, or (pending) the snapshot incomplete
+  or a watermark behind the row. The reasons also appear with the failing rows of
+  ``output_matched`` and ``pending_age`` in the Data Docs, the console and ``summary.json``.
 
 The checks (each is a suite file of the same name):
 
@@ -62,11 +69,15 @@ from lakehouse.quality._gx import (
 from lakehouse.quality._gx import load_suite_file as _load_suite_file
 from lakehouse.quality._ledger import Accounting, Ledger
 from lakehouse.quality._plot import plot_watermarks
+from lakehouse.quality.unmatched import REASON, LastBatch, Unmatched, explain_rows
+from lakehouse.quality.unmatched import TABLE_NAME as UNMATCHED_TABLE
 from lakehouse.time import WATERMARK_MAX, format_epoch_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from lakehouse.join.options import TimeUnit
 
 CheckName = Literal[
     "probe_ids_unique",
@@ -102,6 +113,8 @@ _ARRIVED_AT = J.ARRIVED_AT
 _ARRIVAL_BATCH = J.ARRIVAL_BATCH
 #: Computed by the report: how long a pending row has waited.
 _PENDING_AGE = "_pending_age_ms"
+#: Computed by the report: NULL for a matched output row, else the row and why it did not.
+_UNMATCHED = "_unmatched"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +184,7 @@ class QualityReport:
         summary_path: ``summary.json``.
         data_docs_path: the Data Docs ``index.html``.
         plot_path: ``watermarks.png``.
+        unmatched: the table of unmatched and pending rows with their reasons.
         now_ms: the report time (pending ages are measured against it).
         started_at_ms: wall-clock start of the run, epoch ms.
         duration_s: how long the run took.
@@ -183,6 +197,7 @@ class QualityReport:
     summary_path: Path
     data_docs_path: Path
     plot_path: Path
+    unmatched: Unmatched
     now_ms: int
     started_at_ms: int
     duration_s: float
@@ -214,6 +229,8 @@ def run_quality_report(
     probe_id: str,
     probe_key: tuple[str, ...],
     probe_time: str | None,
+    probe_time_unit: TimeUnit = "ms",
+    build_key: tuple[str, ...] = (),
     report_dir: str | os.PathLike[str],
     max_pending_age_ms: int | None = None,
     now_ms: int | None = None,
@@ -239,8 +256,12 @@ def run_quality_report(
         probe_id: the probe column that identifies a probe row (the join's ``probe_id``).
         probe_key: the probe key columns (shown with failing rows).
         probe_time: the probe's event-time column (shown with failing rows), or None.
-        report_dir: directory for ``data_docs/``, ``summary.json`` and ``watermarks.png``;
-            created if missing. Artifacts of an earlier run there are replaced.
+        probe_time_unit: the unit of a numeric ``probe_time`` (the join's
+            ``probe_time_unit``), to find an unmatched row's time.
+        build_key: the build key columns paired with ``probe_key``; default the build
+            table's ``lakehouse.primaryKey``.
+        report_dir: directory for ``data_docs/``, ``summary.json``, ``watermarks.png`` and
+            ``unmatched_rows/``; created if missing. Artifacts of an earlier run there are replaced.
         max_pending_age_ms: the oldest a pending row may be; None skips the check.
         now_ms: the report time, epoch ms; default the wall clock. Pass it to make a run
             reproducible.
@@ -286,6 +307,28 @@ def run_quality_report(
         if docs_dir.exists():
             shutil.rmtree(docs_dir)  # the site shows this run only
         out_dir.mkdir(parents=True, exist_ok=True)
+        last = pinned.ledger.records[-1] if pinned.ledger.records else None
+        unmatched = explain_rows(
+            spark,
+            output=output,
+            pending=pending,
+            build_uri=build_uri,
+            build_key=build_key or pinned.build.key,
+            probe_id=probe_id,
+            probe_key=probe_key,
+            probe_time=probe_time,
+            probe_time_unit=probe_time_unit,
+            last_batch=None
+            if last is None
+            else LastBatch(
+                combined=last.combined,
+                probe=last.probe,
+                build=last.build,
+                marker_complete=pinned.build.complete,
+            ),
+            uri=str(out_dir / UNMATCHED_TABLE),
+            examples=sample_rows,
+        )
         checks = _Checks(
             spark=spark,
             session=GxSession(docs_dir),
@@ -294,6 +337,7 @@ def run_quality_report(
             output=output,
             pending=pending,
             sample_rows=sample_rows,
+            reasons=unmatched.uri,
         )
         results = [
             checks.probe_ids_unique(),
@@ -311,7 +355,16 @@ def run_quality_report(
     plot_path = plot_watermarks(
         pinned.ledger.records,
         out_dir / PLOT_FILE,
-        title=(f"join watermarks and pending backlog: {pending_uri} @ v{pinned.pending_version}"),
+        title=(
+            f"{pending_uri.rstrip('/').rsplit('/', 1)[-1]} @ v{pinned.pending_version}: "
+            "watermarks and pending backlog"
+        ),
+        source=f"pending table: {pending_uri}",
+        snapshot_completed_at=(
+            pinned.build.properties.get(L.PROP_SNAPSHOT_COMPLETED_AT)
+            if pinned.build.complete
+            else None
+        ),
     )
     report = QualityReport(
         success=all(r.success for r in results),
@@ -321,6 +374,7 @@ def run_quality_report(
         summary_path=out_dir / SUMMARY_FILE,
         data_docs_path=docs_index,
         plot_path=plot_path,
+        unmatched=unmatched,
         now_ms=now,
         started_at_ms=started_at_ms,
         duration_s=time.monotonic() - started,
@@ -345,6 +399,7 @@ class _Checks:
         output: DataFrame,
         pending: DataFrame,
         sample_rows: int,
+        reasons: str,
     ) -> None:
         self.spark = spark
         self.session = session
@@ -353,6 +408,7 @@ class _Checks:
         self.output = output
         self.pending = pending
         self.sample_rows = sample_rows
+        self.reasons = reasons
         # identify an output row in a failing sample: probe id, key, time, batch
         self.row_ids = [*pinned.id_columns, _BATCH_ID]
 
@@ -360,8 +416,25 @@ class _Checks:
         self, name: CheckName, asset: str, df: DataFrame, **kw: Any
     ) -> list[ExpectationOutcome]:
         return self.session.validate(
-            self.suites[name], asset=asset, df=df, sample_rows=self.sample_rows, **kw
+            self.suites[name],
+            asset=asset,
+            df=df,
+            sample_rows=self.sample_rows,
+            described=self._describe(asset),
+            **kw,
         )
+
+    def _describe(self, asset: str) -> str:
+        """What an asset is, for the Data Docs' "Data asset" line."""
+        p = self.pinned
+        tables = {
+            "output": f"output table {p.output_uri} @ v{p.output_version}",
+            "pending": f"pending table {p.pending_uri} @ v{p.pending_version}",
+            "probe_ids": f"probe ids of {p.output_uri} and {p.pending_uri}",
+            "accounting": f"per-batch counts in the commits of {p.pending_uri}",
+            "watermarks": f"combined watermark per batch, from the commits of {p.pending_uri}",
+        }
+        return tables.get(asset, asset)
 
     def probe_ids_unique(self) -> CheckResult:
         """Exactly once, part 1: no probe id twice over output UNION ALL pending."""
@@ -400,9 +473,50 @@ class _Checks:
         )
         return _accounted_result(self.suites["probe_rows_accounted"].path, outcomes, accounting)
 
+    def _with_reason(self, df: DataFrame, state: str) -> tuple[DataFrame, list[str]]:
+        """``df`` with the ``_reason`` of its unmatched/pending rows (NULL for the others),
+        joined by source position (unique per probe row; the table is deduplicated on it so
+        no row of ``df`` is repeated); unchanged when ``df`` has no position columns."""
+        from pyspark.sql import functions as F
+
+        from lakehouse.quality.unmatched import STATE
+
+        if not set(J.POSITION) <= set(df.columns):
+            return df, []
+        why = (
+            delta.read(self.spark, self.reasons)
+            .filter(F.col(STATE) == F.lit(state))
+            .select(*J.POSITION, REASON)
+            .dropDuplicates(list(J.POSITION))
+        )
+        return df.join(why, list(J.POSITION), "left"), [REASON]
+
     def output_matched(self) -> CheckResult:
-        """Every output row matched."""
-        outcomes = self._run("output_matched", "output", self.output, index_columns=self.row_ids)
+        """Every output row matched. The column validated, ``_unmatched``, is NULL for a
+        matched row and otherwise names the row and the reason it did not match, so the
+        Data Docs' sample of unexpected values lists the failing rows with their reasons."""
+        from pyspark.sql import functions as F
+
+        output, reason = self._with_reason(self.output, "unmatched")
+        named = [
+            F.concat(F.lit(f"{c}="), F.coalesce(F.col(c).cast("string"), F.lit("NULL")))
+            for c in self.pinned.id_columns
+        ]
+        why = F.col(REASON) if reason else F.lit(None).cast("string")
+        output = output.withColumn(
+            _UNMATCHED,
+            F.when(F.coalesce(F.col(_MATCHED), F.lit(False)), F.lit(None).cast("string")).otherwise(
+                F.concat_ws(
+                    " ",
+                    *named,
+                    F.concat(F.lit("(batch "), F.col(_BATCH_ID).cast("string"), F.lit("):")),
+                    F.coalesce(why, F.lit("reason not recorded")),
+                )
+            ),
+        )
+        outcomes = self._run(
+            "output_matched", "output", output, index_columns=[*self.row_ids, *reason]
+        )
         return _matched_result(self.suites["output_matched"].path, outcomes)
 
     def proctime_build_version(self) -> CheckResult:
@@ -431,7 +545,8 @@ class _Checks:
                 status="skipped",
                 message="skipped: no max_pending_age_ms given",
             )
-        aged = self.pending.withColumn(
+        aged, reason = self._with_reason(self.pending, "pending")
+        aged = aged.withColumn(
             _PENDING_AGE, F.lit(now_ms).cast("bigint") - F.unix_millis(F.col(_ARRIVED_AT))
         )
         outcomes = self._run(
@@ -439,7 +554,7 @@ class _Checks:
             "pending",
             aged,
             parameters={"max_pending_age_ms": max_pending_age_ms},
-            index_columns=[*self.pinned.id_columns, _ARRIVED_AT, _ARRIVAL_BATCH],
+            index_columns=[*self.pinned.id_columns, _ARRIVED_AT, _ARRIVAL_BATCH, *reason],
         )
         oldest = aged.agg(F.max(_PENDING_AGE)).first()
         return _age_result(
@@ -621,6 +736,7 @@ class _BuildMarker:
     complete: bool
     completed_version: int | None
     properties: Mapping[str, str]
+    key: tuple[str, ...] = ()  # lakehouse.primaryKey
 
 
 def _build_marker(uri: str) -> _BuildMarker:
@@ -648,7 +764,8 @@ def _build_marker(uri: str) -> _BuildMarker:
         completed = int(first)
     elif complete and raw.lstrip("-").isdigit():
         completed = int(raw)
-    return _BuildMarker(version, completed is not None, completed, marker)
+    key = tuple(k.strip() for k in props.get(L.PROP_PRIMARY_KEY, "").split(",") if k.strip())
+    return _BuildMarker(version, completed is not None, completed, marker, key)
 
 
 def _empty_output(
@@ -991,10 +1108,20 @@ def _write_summary(report: QualityReport, build: _BuildMarker) -> None:
         "tables": {name: {"uri": t.uri, "version": t.version} for name, t in report.tables.items()},
         "build_marker": dict(build.properties),
         "checks": [c.to_dict() for c in report.checks],
+        "unmatched_rows": {
+            "table": report.unmatched.uri,
+            "unmatched": report.unmatched.unmatched,
+            "pending": report.unmatched.pending,
+            "by_reason": dict(report.unmatched.by_reason),
+            "build_versions_read": list(report.unmatched.versions_read),
+            "explained_at_a_later_version": report.unmatched.explained_later,
+            "examples": [dict(r) for r in report.unmatched.examples],
+        },
         "artifacts": {
             "data_docs": str(report.data_docs_path),
             "plot": str(report.plot_path),
             "summary": str(report.summary_path),
+            "unmatched_rows": report.unmatched.uri,
         },
     }
     tmp = report.summary_path.with_suffix(".json.tmp")

@@ -227,6 +227,7 @@ def test_data_docs_and_plot_are_written(healthy, report_dir):
     assert {f.split("/")[0] for f in healthy.files} == {
         "data_docs",
         "summary.json",
+        "unmatched_rows",
         "watermarks.png",
     }
 
@@ -374,11 +375,14 @@ def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_pat
         f"4 processing-time output rows, all joined at build version >= {completed} "
         "(snapshot complete)"
     )
-    # the left join's unmatched row is listed with its probe id and key (no probe time here)
+    # the left join's unmatched row is listed with its probe id, key and the reason (no
+    # probe time here)
     matched = report.check("output_matched")
     assert matched.status == "failed"
     assert matched.observed == {"rows": 4, "unmatched": 1}
-    assert [(r["id"], r["k"], r["_matched"]) for r in matched.failing_rows] == [(4, "z", False)]
+    assert [(r["id"], r["k"], r["_reason"], r["_unmatched"]) for r in matched.failing_rows] == [
+        (4, "z", "key_never_in_dimension", "id=4 k=z (batch 0): key_never_in_dimension")
+    ]
     assert {n for n, s in _statuses(report).items() if s == "failed"} == {"output_matched"}
 
 

@@ -24,6 +24,7 @@ from lakehouse.quality import (
 )
 from lakehouse.quality._gx import GxSession, default_suites_dir, gx_boundary, load_suite_file
 from lakehouse.quality._ledger import Accounting
+from lakehouse.quality.unmatched import Unmatched
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "quality"
 
@@ -195,8 +196,18 @@ def _synthetic_report(tmp: Path) -> QualityReport:
                 status="failed",
                 message="2 of 3 output rows did not match (_matched = false)",
                 failing_rows=(
-                    {"expectation": "expect_column_values_to_be_in_set", "id": 2, "k": "z"},
-                    {"expectation": "expect_column_values_to_be_in_set", "id": 7, "k": "y"},
+                    {
+                        "expectation": "expect_column_values_to_be_null",
+                        "id": 2,
+                        "k": "z",
+                        "_reason": "key_never_in_dimension",
+                    },
+                    {
+                        "expectation": "expect_column_values_to_be_null",
+                        "id": 7,
+                        "k": "y",
+                        "_reason": "deleted",
+                    },
                 ),
             ),
             CheckResult(
@@ -211,6 +222,15 @@ def _synthetic_report(tmp: Path) -> QualityReport:
         summary_path=tmp / "summary.json",
         data_docs_path=tmp / "data_docs" / "index.html",
         plot_path=tmp / "watermarks.png",
+        unmatched=Unmatched(
+            uri=str(tmp / "unmatched_rows"),
+            unmatched=2,
+            pending=1,
+            by_reason={"deleted": 1, "key_never_in_dimension": 1, "probe_watermark_behind": 1},
+            examples=(),
+            versions_read=(4,),
+            explained_later=0,
+        ),
         now_ms=0,
         started_at_ms=0,
         duration_s=4.25,
