@@ -28,6 +28,7 @@ from typing import Any, Literal
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from lakehouse.demo.data import ORDER_SCHEMA, DemoData, Record, make_demo_data
 
@@ -174,6 +175,9 @@ def _config(out: Path, source: str, bootstrap: str | None) -> dict[str, Any]:
             "pending_table": str(tables / "orders_proctime_pending"),
             "checkpoint": str(out / "checkpoints" / "join-proctime"),
         },
+        # where `lakehouse quality -c` writes the row-time join's report (the demo writes
+        # both joins' reports under quality/), and `lakehouse sql` finds unmatched_rows
+        "quality": {"report_dir": str(out / "quality" / "rowtime")},
     }
 
 
@@ -247,9 +251,7 @@ def _run(
         start_join(spark, proc_settings, on_batch=_on_join(stats, "proctime")),
     ]
     try:
-        with Live(
-            _render(stats, "starting"), console=console, refresh_per_second=2, transient=False
-        ) as live:
+        with _Display(console, stats) as display:
             for i, wave in enumerate(data.waves):
                 producer.wave = i
                 producer.send(CDC_TOPIC, wave.cdc)
@@ -259,8 +261,8 @@ def _run(
                         f"wave {i}: sent {len(wave.cdc)} CDC records, {len(wave.orders)} orders"
                     )
                 # the first pause is long enough for the orders to wait on a half snapshot
-                _sleep_live(live, stats, 10 if i == 0 else 4, f"wave {i + 1}/{len(data.waves)}")
-            _settle(live, stats, data, queries)
+                _sleep_live(display, 10 if i == 0 else 4, f"wave {i + 1}/{len(data.waves)}")
+            _settle(display, stats, data, queries)
         console.print()
     finally:
         for q in queries:
@@ -299,7 +301,7 @@ def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
         from lakehouse.progress import _wm_ms
 
         with stats.lock:
-            stats.ingest_batches += 1
+            stats.ingest_batches += int(not report.skipped)
             stats.ingest_records += report.records
             stats.dead_lettered += report.dead_lettered
             stats.tombstones += report.tombstones
@@ -319,7 +321,7 @@ def _on_join(stats: _Stats, name: str) -> Callable[[Any], None]:
     def on_batch(report: Any) -> None:
         with stats.lock:
             s = stats.join_stats(name)
-            s["batches"] += 1
+            s["batches"] += int(report.committed)
             s["arrived"] += report.arrived
             s["released"] += report.released
             s["matched"] += report.matched
@@ -344,53 +346,117 @@ def _on_join(stats: _Stats, name: str) -> Callable[[Any], None]:
 
 
 def _render(stats: _Stats, phase: str) -> Group:
+    """The live view: counts in a table narrow enough for 80 columns, then one line per
+    pipeline for its watermark and marker (long values wrap instead of being cut), then the
+    latest events."""
     with stats.lock:
         table = Table(
-            "pipeline",
+            "",
             "batches",
             "in",
-            "versions / released",
+            "out",
             "matched",
             "pending",
-            "dead-lettered",
-            "watermark / marker",
+            "dead",
             title=f"demo — {phase}",
             title_justify="left",
+            caption="batches: the ones that wrote (as the quality report counts them); "
+            "out: build versions (ingest) or released rows (joins)",
+            caption_justify="left",
         )
         table.add_row(
-            "ingest rates",
+            "ingest",
             str(stats.ingest_batches),
             str(stats.ingest_records),
             str(stats.versions),
             "",
             "",
             str(stats.dead_lettered),
-            f"{stats.build_watermark} / snapshot {stats.marker}",
         )
+        lines = [
+            f"ingest: build watermark {stats.build_watermark}, snapshot {stats.marker}",
+        ]
         for name in ("rowtime", "proctime"):
             s = stats.join_stats(name)
             table.add_row(
-                f"join {name}",
+                name,
                 str(s["batches"]),
                 str(s["arrived"]),
                 str(s["released"]),
                 str(s["matched"]),
                 str(s["pending"]),
                 str(s["dead"]),
-                s["watermark"] + (" (build idle)" if s["build_idle"] else ""),
+            )
+            lines.append(
+                f"{name}: watermark {s['watermark']}" + (" (build idle)" if s["build_idle"] else "")
             )
         log = "\n".join(stats.log[-6:])
-    return Group(table, log)
+    return Group(table, Text("\n".join(lines)), Text(log, style="dim"))
 
 
-def _sleep_live(live: Live, stats: _Stats, seconds: float, phase: str) -> None:
+class _Display:
+    """Where the demo shows its progress: a live view on a terminal; on anything else (a
+    file, a CI log, a pipe), plain lines: each event once, and the counts when they change,
+    at most every few seconds, never a redrawn screen."""
+
+    PLAIN_EVERY_S = 5.0
+
+    def __init__(self, console: Console, stats: _Stats) -> None:
+        self.console = console
+        self.stats = stats
+        self.live: Live | None = None
+        self._logged = 0
+        self._last_line = ""
+        self._last_at = 0.0
+
+    def __enter__(self) -> _Display:
+        if self.console.is_terminal:
+            self.live = Live(
+                _render(self.stats, "starting"),
+                console=self.console,
+                refresh_per_second=2,
+                transient=False,
+            )
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+        else:
+            self.update("done", force=True)
+
+    def update(self, phase: str, *, force: bool = False) -> None:
+        if self.live is not None:
+            self.live.update(_render(self.stats, phase))
+            return
+        with self.stats.lock:
+            events = self.stats.log[self._logged :]
+            self._logged = len(self.stats.log)
+            row, proc = self.stats.join_stats("rowtime"), self.stats.join_stats("proctime")
+            counts = (
+                f"ingest {self.stats.ingest_records} records -> "
+                f"{self.stats.versions} versions; rowtime {row['released']} released, "
+                f"{row['pending']} pending; proctime {proc['released']} released, "
+                f"{proc['pending']} pending"
+            )
+        for event in events:
+            self.console.print(event, soft_wrap=True, highlight=False)
+        now = time.monotonic()
+        # the counts when they changed (a log is read later: no line per unchanged tick)
+        if force or (counts != self._last_line and now - self._last_at >= self.PLAIN_EVERY_S):
+            self.console.print(f"{phase}: {counts}", soft_wrap=True, highlight=False)
+            self._last_line, self._last_at = counts, now
+
+
+def _sleep_live(display: _Display, seconds: float, phase: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        live.update(_render(stats, phase))
+        display.update(phase)
         time.sleep(0.5)
 
 
-def _settle(live: Live, stats: _Stats, data: DemoData, queries: list[Any]) -> None:
+def _settle(display: _Display, stats: _Stats, data: DemoData, queries: list[Any]) -> None:
     """Wait until everything produced was ingested and joined, and the joins are quiet."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     quiet_since: float | None = None
@@ -416,7 +482,7 @@ def _settle(live: Live, stats: _Stats, data: DemoData, queries: list[Any]) -> No
         else:
             quiet_since = None
         last = state
-        live.update(_render(stats, "settling: waiting for the joins to release"))
+        display.update("settling: waiting for the joins to release")
         time.sleep(0.5)
     with stats.lock:
         stats.log.append(f"stopped after {SETTLE_TIMEOUT_S} s of settling")
@@ -449,6 +515,7 @@ def _finish(
             probe_key=("currency",),
             probe_time="order_ts",
             report_dir=out / "quality" / name,
+            build_key=("currency",),
         )
     rates = cfg["ingest"]["tables"][0]["table"]
     props = delta.get_properties(rates)
@@ -477,21 +544,32 @@ def _finish(
             f"{name}: released / matched / pending",
             f"{s['released']} / {s['matched']} / {s['pending']} ({out_rows} output rows)",
         )
+        summary.add_row(f"{name}: batches written", str(s["batches"]))
         summary.add_row(f"{name}: first release in batch", str(s["first_release_batch"]))
         summary.add_row(f"{name}: watermark (lag behind the newest order)", _lag(s))
+        u = reports[name].unmatched
         summary.add_row(
             f"{name}: quality",
             ("[green]passed[/]" if reports[name].success else "[red]FAILED[/]")
-            + f" — {reports[name].data_docs_path}",
+            + f", {u.unmatched} unmatched, {u.pending} pending",
         )
-    summary.add_row("tables", str(out / "tables"))
-    summary.add_row("configuration (for lakehouse sql/status)", str(out / "lakehouse.toml"))
     summary.add_row("took", f"{time.monotonic() - started:.0f} s")
     console.print(summary)
+    # paths on lines of their own, never cut to the table's width (a CI log keeps them whole)
+    where = [
+        ("tables", out / "tables"),
+        ("configuration", out / "lakehouse.toml"),
+        *((f"{name} report", reports[name].data_docs_path) for name in reports),
+        *((f"{name} plot", reports[name].plot_path) for name in reports),
+    ]
+    for label, path in where:
+        console.print(f"{label + ':':<22}{path}", soft_wrap=True, highlight=False)
     console.print(
         f'try: lakehouse sql -c {out / "lakehouse.toml"} "SELECT order_id, currency, '
         "amount, rate, _build_event_time FROM orders_rowtime ORDER BY order_id "
-        'LIMIT 5"'
+        'LIMIT 5"',
+        soft_wrap=True,
+        highlight=False,
     )
     return 0 if all(r.success for r in reports.values()) else 1
 
@@ -526,6 +604,7 @@ def _toml(cfg: dict[str, Any]) -> str:
         "ingest": cfg["ingest"],
         "join": cfg["rowtime"],
         "maintenance": {"lineage_outputs": [cfg["proctime"]["output_table"]]},
+        "quality": cfg["quality"],
     }
     for name, section in sections.items():
         lines.append(f"[{name}]")

@@ -99,6 +99,9 @@ class JoinBatchReport:
     bound_alert: str | None = None
     malformed: int = 0
     malformed_example: str | None = None
+    #: The batch committed to the join's tables (so the quality report's ledger counts it);
+    #: False for a tick, an idle batch, one that changed nothing, and a skipped replay.
+    committed: bool = False
 
     @property
     def all_dead_lettered(self) -> bool:
@@ -334,6 +337,7 @@ class TemporalJoin:
             seconds=_since(started),
             malformed=bad,
             malformed_example=example,
+            committed=True,
         )
 
     # ------------------------------------------------------------------------- general path
@@ -496,6 +500,7 @@ class TemporalJoin:
             replayed_plan=replayed,
             evicted=counts.evicted,
             bound_alert=alert,
+            committed=True,
         )
 
     # ------------------------------------------------------------------------------- pieces

@@ -4,6 +4,7 @@ installed command."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -47,3 +48,14 @@ def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
     for join in ("rowtime", "proctime"):
         summary = json.loads((tmp_path / "demo" / "quality" / join / "summary.json").read_text())
         assert summary["success"] is True
+        # the batches the demo counted are the ones the report's ledger holds
+        checks = {c["name"]: c for c in summary["checks"]}
+        counted = re.search(rf"{join}: batches written\W+(\d+)", text)
+        assert counted, text[-3000:]
+        assert int(counted[1]) == checks["watermark_monotonic"]["observed"]["batches"]
+        # report paths are printed whole, on lines of their own
+        docs = tmp_path / "demo" / "quality" / join / "data_docs" / "index.html"
+        assert f"{join} report:".ljust(22) + str(docs) in text.splitlines()
+    # not a terminal: plain progress lines, not a live view redrawn into the log
+    assert "demo — wave" not in text and "demo — settling" not in text
+    assert re.search(r"^done: ingest \d+ records -> \d+ versions; rowtime", text, re.M), text
