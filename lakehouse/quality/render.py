@@ -80,6 +80,10 @@ def report_table(report: QualityReport, *, max_rows: int = 5) -> RenderableType:
         f"plot:      {report.plot_path}\n"
         f"reasons:   {u.uri}",
         style="dim",
+        # paths whole on one line each, whatever the width: cut or folded they cannot be
+        # copied from a terminal or found in a CI log (print with crop=False)
+        no_wrap=True,
+        overflow="ignore",
     )
     return Group(table, why, footer)
 
@@ -87,5 +91,6 @@ def report_table(report: QualityReport, *, max_rows: int = 5) -> RenderableType:
 def print_report(
     report: QualityReport, *, console: Console | None = None, max_rows: int = 5
 ) -> None:
-    """Print :func:`report_table` to ``console`` (default: a new stdout console)."""
-    (console or Console()).print(report_table(report, max_rows=max_rows))
+    """Print :func:`report_table` to ``console`` (default: a new stdout console); the
+    artifact paths are printed whole, beyond the console's width if they must."""
+    (console or Console()).print(report_table(report, max_rows=max_rows), crop=False)

@@ -19,6 +19,7 @@ from lakehouse.quality import (
     QualityError,
     QualityReport,
     TableVersion,
+    print_report,
     report_table,
     run_quality_report,
 )
@@ -245,3 +246,14 @@ def test_rich_rendering_matches_golden_file():
     if os.environ.get("LAKEHOUSE_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+def test_report_paths_are_printed_whole_at_80_columns():
+    long = Path("/data/lakehouse/reports/" + "x" * 60 + "/orders")
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    print_report(_synthetic_report(long), console=console)
+    lines = console.export_text().splitlines()
+    assert f"data docs: {long}/data_docs/index.html" in lines
+    assert f"reasons:   {long}/unmatched_rows" in lines
+    # the table itself still fits the terminal
+    assert all(len(line) <= 80 for line in lines if line.startswith(("┃", "│", "┏", "└")))
