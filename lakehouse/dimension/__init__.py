@@ -6,10 +6,10 @@ from lakehouse.dimension.marker import operator_complete as operator_complete
 from lakehouse.dimension.marker import set_marker as set_marker
 from lakehouse.dimension.marker import snapshot_status as snapshot_status
 from lakehouse.dimension.signals import SnapshotOptions as SnapshotOptions
-from lakehouse.dimension.sink import BatchReport as BatchReport
 from lakehouse.dimension.sink import BuildSink as BuildSink
-from lakehouse.dimension.sink import BuildTarget as BuildTarget
-from lakehouse.dimension.sink import TargetReport as TargetReport
+from lakehouse.dimension.targets import BatchReport as BatchReport
+from lakehouse.dimension.targets import BuildTarget as BuildTarget
+from lakehouse.dimension.targets import TargetReport as TargetReport
 
 __all__ = [
     "BatchReport",

@@ -69,6 +69,8 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.delta.types import fits as fits
 from lakehouse.dimension import layout as L
+from lakehouse.dimension.plan import plan_target, summarise
+from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -161,6 +163,11 @@ def blocked_total(uri: str) -> int:
 
     value = last_metadata(uri, L.META_SCHEMA_BLOCKED_TOTAL)
     return int(value) if value else 0
+
+
+def block_text(uri: str, block: SchemaBlock | None) -> str | None:
+    """The open block as the progress line and status show it (None: no block)."""
+    return None if block is None else block.describe(blocked_total(uri))
 
 
 def now_iso() -> str:
@@ -304,7 +311,6 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     from pyspark.sql import functions as F
 
     from lakehouse.dimension.decode import decode_raw
-    from lakehouse.dimension.sink import BuildTarget, _plan_target, _summarise
 
     props = delta.get_properties(uri)
     dead = delta.read(spark, dlq).filter(
@@ -346,11 +352,11 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     )
     summary = [
         r
-        for r in _summarise(decoded)[0]
+        for r in summarise(decoded)[0]
         if r["_kind"] == "change"
         and (target.source_table is None or r["_source_table"] == target.source_table)
     ]
-    plan = _plan_target(decoded, target, summary, block.batch_id, block=None, replay=True)
+    plan = plan_target(decoded, target, summary, block.batch_id, block=None, replay=True)
     if plan.rows is None:
         return _Replay(None, 0, candidates, applied, 0, None)
     rows = plan.rows.persist()

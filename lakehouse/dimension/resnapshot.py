@@ -1,0 +1,107 @@
+"""The end of a re-snapshot: keys the re-snapshot did not re-read are deleted.
+
+A re-snapshot (Debezium's blocking or initial snapshot run again) re-reads every row of the
+source table; a key it did not re-read was deleted at the source while the connector was not
+streaming. :func:`synthetic_deletes` writes a delete for each such *ghost* key when the
+re-snapshot completes, so the build table's latest versions equal the source again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from lakehouse import delta
+from lakehouse.dimension import layout as L
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def synthetic_deletes(
+    uri: str,
+    key_columns: Sequence[str],
+    props: Mapping[str, str],
+    batch_rows: DataFrame | None,
+) -> tuple[DataFrame, int] | None:
+    """Deletes for the keys a completed re-snapshot did not re-read, and how many keys are
+    alive before them (the share :meth:`BuildSink._check_ended_share` bounds).
+
+    A key is a *ghost* when its latest version (by ``_event_time``, ``_seq``; truncates
+    included) is alive and none of its rows was added since the re-snapshot started — in a
+    data file that the last complete version (``lakehouse.snapshot.lastCompleteVersion``)
+    does not hold, or in this batch. Each ghost gets a delete at the re-snapshot's newest
+    event time (never before its own latest version; ``_seq`` extends the version's so the
+    delete sorts after it), with NULL value columns and ``_kafka_topic``
+    :data:`~lakehouse.dimension.layout.SYNTHETIC_DELETE_TOPIC`. Reads the whole table once (a
+    re-snapshot is rare). None when the table has no key or no last complete version.
+    """
+    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import functions as F
+
+    last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
+    if not key_columns or not last_complete.isdigit():
+        return None
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    table = delta.read(spark, uri)
+    if any(k not in table.columns for k in key_columns):
+        return None
+    before = (
+        delta.read(spark, uri, version=int(last_complete))
+        .select(F.col("_metadata.file_path").alias("_path"))
+        .distinct()
+        .withColumn("_old", F.lit(True))
+    )
+    every = (
+        table.withColumn("_path", F.col("_metadata.file_path"))
+        .join(F.broadcast(before), "_path", "left")
+        .withColumn("_new", F.col("_old").isNull())
+        .drop("_path", "_old")
+    )
+    if batch_rows is not None:
+        every = every.unionByName(
+            batch_rows.withColumn("_new", F.lit(True)), allowMissingColumns=True
+        )
+    touched = every.filter("_new").select(*key_columns).distinct()
+    resnapshot_time = (
+        every.filter(F.col("_new") & F.col(L.SNAPSHOT)).agg(F.max(L.EVENT_TIME)).first()[0]
+    )
+    truncated = every.filter(F.col(L.OP) == "t").agg(F.max(L.EVENT_TIME)).first()[0]
+    order = Window.partitionBy(*key_columns).orderBy(
+        F.col(L.EVENT_TIME).desc(), F.col(L.SEQ).desc()
+    )
+    latest = (
+        every.filter(F.col(L.OP) != "t")
+        .withColumn("_rn", F.row_number().over(order))
+        .filter("_rn = 1")
+        .filter(F.col(L.OP) != "d")
+    )
+    if truncated is not None:
+        latest = latest.filter(F.col(L.EVENT_TIME) > F.lit(truncated))
+    live = latest.count()
+    ghosts = latest.join(touched, list(key_columns), "left_anti")
+    when = (
+        F.col(L.EVENT_TIME)
+        if resnapshot_time is None
+        else F.greatest(F.col(L.EVENT_TIME), F.lit(resnapshot_time))
+    )
+    columns = []
+    for f in table.schema.fields:
+        if f.name in key_columns:
+            columns.append(F.col(f.name))
+        elif f.name == L.OP:
+            columns.append(F.lit("d").alias(L.OP))
+        elif f.name == L.EVENT_TIME:
+            columns.append(when.alias(L.EVENT_TIME))
+        elif f.name == L.SEQ:
+            columns.append(F.concat(F.col(L.SEQ), F.lit("~resnapshot-delete")).alias(L.SEQ))
+        elif f.name == L.SNAPSHOT:
+            columns.append(F.lit(True).alias(L.SNAPSHOT))
+        elif f.name == L.INGESTED_AT:
+            columns.append(F.current_timestamp().alias(L.INGESTED_AT))
+        elif f.name == L.KAFKA_TOPIC:
+            columns.append(F.lit(L.SYNTHETIC_DELETE_TOPIC).alias(L.KAFKA_TOPIC))
+        else:
+            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
+    return ghosts.select(*columns), live
