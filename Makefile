@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# JVM artifacts (delta-spark, Spark's Kafka source, a Kafka broker), from the pinned poms in jvm/
+# JVM artifacts (delta-spark, Spark's Kafka source, a Kafka broker, Kafka Connect with Debezium's
+# PostgreSQL connector), from the pinned poms in jvm/
 JVM_STAMP := .jvm/.installed
 
 .PHONY: demo test lint bench soak smoke jvm clean-venv
@@ -17,9 +18,9 @@ $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-$(JVM_STAMP): jvm/spark/pom.xml jvm/kafka/pom.xml scripts/fetch_jvm.sh
+$(JVM_STAMP): jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml scripts/fetch_jvm.sh
 	@scripts/check_java.sh
-	@scripts/fetch_jvm.sh spark kafka
+	@scripts/fetch_jvm.sh spark kafka connect
 	@touch $(JVM_STAMP)
 
 jvm: $(JVM_STAMP)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Copies the pinned JVM artifacts (jvm/<name>/pom.xml) into .jvm/<name>/ with Maven: delta-spark
-# and Spark's Kafka source for Spark, an Apache Kafka broker for the tests and the demo.
+# and Spark's Kafka source for Spark, an Apache Kafka broker for the tests and the demo, a Kafka
+# Connect worker with Debezium's PostgreSQL connector for the Debezium tests.
 # Usage: scripts/fetch_jvm.sh NAME...   (run by `make`; safe to run again)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v mvn >/dev/null 2>&1; then
-  echo "error: Maven (mvn) was not found; it fetches delta-spark, Spark's Kafka source and the Kafka broker from Maven Central." >&2
+  echo "error: Maven (mvn) was not found; it fetches delta-spark, Spark's Kafka source, the Kafka broker and Kafka Connect with Debezium from Maven Central." >&2
   echo "fix: install it (Debian/Ubuntu: 'apt-get install maven'; macOS: 'brew install maven') and run make again." >&2
   exit 1
 fi

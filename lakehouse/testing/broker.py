@@ -226,7 +226,9 @@ class KafkaBroker:
     def _format(self, config: Path) -> None:
         if (self.directory / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: "-..." reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
             self._java_command(
                 "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)

@@ -23,9 +23,13 @@ from lakehouse.cdc import (
     decode_message,
     row_to_json,
 )
+from lakehouse.dimension.signals import parse_heartbeat, parse_notification
+from lakehouse.errors import CdcDecodeError
 
 DEBEZIUM = FIXTURES / "debezium"
 ALL_FIXTURES = sorted(DEBEZIUM.glob("*.json"))
+# records of Debezium's notification and heartbeat topics (not change events)
+SIGNAL_FIXTURES = sorted((DEBEZIUM / "signals").glob("*.json"))
 KEY_MARKER = "_key_"
 
 SPARK_SCALARS = {
@@ -297,6 +301,36 @@ EXPECTED: dict[str, tuple[str, str, str, int | None, str | None, str | None]] = 
         "00000000000022096576",
         "public.test_data_types",
     ),
+    # captured from our own stack (PostgreSQL 15, Debezium 3.5.0 in Kafka Connect): first and
+    # last row of one snapshot share its position and time
+    "postgres_3.5.0_snapshot_read_first_with_schema.json": (
+        "r",
+        "first",
+        1795582780452,
+        "00000000000026505248",
+        "public.rates",
+    ),
+    "postgres_3.5.0_snapshot_read_last_with_schema.json": (
+        "r",
+        "last",
+        1795582780452,
+        "00000000000026505248",
+        "public.rates",
+    ),
+    "postgres_3.5.0_update_with_schema.json": (
+        "u",
+        "false",
+        1795582781648,
+        "00000000000026505344",
+        "public.rates",
+    ),
+    "postgres_3.5.0_delete_with_schema.json": (
+        "d",
+        "false",
+        1795582781656,
+        "00000000000026505600",
+        "public.rates",
+    ),
 }
 
 
@@ -407,6 +441,12 @@ def test_postgres_and_mysql_identify_transactions_and_tables():
             "mysql_2.7.0_snapshot_read_last_in_data_collection_key_with_schema.json",
             {"order_number": 10004},
             ("order_number",),
+        ),
+        (
+            "postgres_3.5.0_delete_with_schema.json",
+            "postgres_3.5.0_delete_key_with_schema.json",
+            {"currency": "C0002"},
+            ("currency",),
         ),
     ],
 )
@@ -630,3 +670,63 @@ def test_schema_change_fixtures():
         ),
     )
     assert (alter.db, alter.connector, alter.event_time_ms) == ("mydb", "mysql", 1718354727000)
+
+
+def test_postgres_3_5_capture_decimals_positions_and_replica_identity_default():
+    first = _decode("postgres_3.5.0_snapshot_read_first_with_schema.json")
+    last = _decode("postgres_3.5.0_snapshot_read_last_with_schema.json")
+    update = _decode("postgres_3.5.0_update_with_schema.json")
+    delete = _decode("postgres_3.5.0_delete_with_schema.json")
+    # numeric(10,4), decimal.handling.mode=precise: base64 bytes with the Decimal schema
+    assert first.columns == (("currency", "string"), ("rate", "decimal(10,4)"))
+    assert first.row == {"currency": "C0001", "rate": Decimal("0.1429")}
+    assert last.row == {"currency": "C1000", "rate": Decimal("142.8571")}
+    assert update.row == {"currency": "C0001", "rate": Decimal("9.9999")}
+    # REPLICA IDENTITY DEFAULT: the delete's before image holds the key only
+    assert delete.row == {"currency": "C0002", "rate": None}
+    # one snapshot: one transaction and one position; the log after it, in order
+    assert (first.tx_id, last.tx_id, update.tx_id, delete.tx_id) == ("732", "732", "733", "734")
+    assert first.seq == last.seq < update.seq < delete.seq
+    assert (first.connector, first.schema_name, first.table) == ("postgresql", "public", "rates")
+
+
+def test_signal_fixture_directory_holds_notifications_and_a_heartbeat():
+    names = [p.name for p in SIGNAL_FIXTURES]
+    assert sum("notification" in n for n in names) >= 2
+    assert sum("heartbeat" in n for n in names) >= 1
+
+
+@pytest.mark.parametrize("path", SIGNAL_FIXTURES, ids=lambda p: p.name)
+def test_every_signal_fixture_parses(path: Path):
+    where = {"topic": "t", "partition": 0, "offset": 0, "kafka_ts_ms": None}
+    if "notification" in path.name:
+        assert parse_notification(path.read_bytes(), **where) is not None
+    else:
+        assert parse_heartbeat(path.read_bytes(), **where) is not None
+    # they are not change events: the ingest reads them from their own topics
+    with pytest.raises(CdcDecodeError):
+        decode_message(path.read_bytes())
+
+
+def test_debezium_3_5_snapshot_notifications():
+    where = {"topic": "n", "partition": 0, "offset": 0, "kafka_ts_ms": None}
+    signals = DEBEZIUM / "signals"
+    scan_file = signals / "postgres_3.5.0_notification_table_scan_completed_with_schema.json"
+    scan = parse_notification(scan_file.read_bytes(), **where)
+    assert (scan.aggregate_type, scan.type, scan.collection, scan.status) == (
+        "Initial Snapshot",
+        "TABLE_SCAN_COMPLETED",
+        "public.rates",  # schema.table, without the database
+        "SUCCEEDED",
+    )
+    assert scan.initial and scan.concerns("public.rates") and not scan.concerns("public.fees")
+    assert scan.timestamp_ms == 1795582780781  # a JSON number (the documentation shows a string)
+    completed = parse_notification(
+        (signals / "postgres_3.5.0_notification_completed_with_schema.json").read_bytes(), **where
+    )
+    assert (completed.type, completed.collection, completed.status) == ("COMPLETED", None, None)
+    assert completed.concerns("public.rates") and completed.concerns(None)
+    beat = parse_heartbeat(
+        (signals / "postgres_3.5.0_heartbeat_with_schema.json").read_bytes(), **where
+    )
+    assert beat.ts_ms == 1795582780781

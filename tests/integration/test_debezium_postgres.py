@@ -1,0 +1,319 @@
+"""Real CDC end to end: PostgreSQL (logical decoding, ``pgoutput``), Debezium's PostgreSQL
+connector in a Kafka Connect worker, the Kafka broker, and lakehouse's own parser and ingest.
+
+Each test has its own database, topic prefix, slot and worker (``debezium_stack``, see
+tests/postgres_stack.py). ``LAKEHOUSE_CAPTURE_FIXTURES=DIR`` makes the smoke test write the
+real messages it saw as fixture files into DIR (how tests/fixtures/debezium/postgres_3.5.0_*
+were made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from lakehouse import delta
+from lakehouse.cdc import ChangeEvent, Tombstone, decode_message
+from lakehouse.config import Settings
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.signals import parse_heartbeat, parse_notification
+from lakehouse.runner import start_ingest
+from lakehouse.testing.connect import debezium_version
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.debezium]
+
+TABLE = "public.rates"
+ROWS = 1000
+#: ``(key, value, Kafka timestamp ms, offset)``
+Record = tuple[bytes | None, bytes | None, int, int]
+
+
+def _create_rates(stack, rows: int = ROWS) -> dict[str, Decimal]:
+    stack.execute("CREATE TABLE public.rates (currency text PRIMARY KEY, rate numeric(10,4))")
+    stack.execute(
+        "INSERT INTO public.rates "
+        "SELECT 'C' || lpad(i::text, 4, '0'), round(i / 7.0, 4) FROM generate_series(1, %s) i",
+        (rows,),
+    )
+    return dict(stack.query("SELECT currency, rate FROM public.rates"))
+
+
+class _Reader:
+    """Reads topics (one partition each) from the beginning, keeping every record."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "debezium-test-reader",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self.consumer.assign([TopicPartition(t, 0, 0) for t in topics])
+        self.records: dict[str, list[Record]] = {t: [] for t in topics}
+
+    def read_until(
+        self, done: Callable[[dict[str, list[Record]]], bool], what: str, timeout_s: float = 90
+    ) -> float:
+        """Poll until ``done(records)``; returns the seconds it took."""
+        started = time.monotonic()
+        while not done(self.records):
+            if time.monotonic() - started > timeout_s:
+                counts = {t: len(r) for t, r in self.records.items()}
+                raise AssertionError(f"{what}: not within {timeout_s} s; records so far {counts}")
+            message = self.consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            self.records[message.topic()].append(
+                (message.key(), message.value(), message.timestamp()[1], message.offset())
+            )
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _capture(files: dict[str, bytes]) -> None:
+    """Write the real messages as fixture files when LAKEHOUSE_CAPTURE_FIXTURES is set."""
+    target = os.environ.get("LAKEHOUSE_CAPTURE_FIXTURES")
+    if not target:
+        return
+    for name, raw in files.items():
+        path = Path(target) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(json.loads(raw), indent=2) + "\n")
+    print(f"captured {len(files)} fixture files into {target}")
+
+
+def test_debezium_snapshot_and_changes_reach_kafka_and_parse(debezium_stack):
+    started = time.monotonic()
+    expected = _create_rates(debezium_stack)
+    data = debezium_stack.data_topic(TABLE)
+    notes, beats = debezium_stack.notification_topic, debezium_stack.heartbeat_topic
+    debezium_stack.start_connector([TABLE])
+    running = time.monotonic() - started
+    reader = _Reader(debezium_stack.bootstrap, [data, notes, beats])
+    try:
+
+        def snapshot_done(records):
+            types = [json.loads(v)["payload"]["type"] for _, v, _, _ in records[notes] if v]
+            return len(records[data]) >= ROWS and "COMPLETED" in types and records[beats]
+
+        snapshot_s = reader.read_until(snapshot_done, "the snapshot, notifications, heartbeat")
+        debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
+        debezium_stack.execute("DELETE FROM public.rates WHERE currency = 'C0002'")
+        # the update, the delete and the delete's tombstone
+        log_s = reader.read_until(lambda r: len(r[data]) >= ROWS + 3, "the update and delete")
+    finally:
+        reader.close()
+    print(
+        f"\nDebezium {debezium_version()}: worker and connector running {running:.1f} s after "
+        f"the test started; {ROWS} snapshot records, notifications and a heartbeat read in "
+        f"{snapshot_s:.1f} s; the update and delete in {log_s:.1f} s"
+    )
+
+    records = reader.records[data]
+    assert len(records) == ROWS + 3  # nothing more, nothing twice
+    snapshot, log = records[:ROWS], records[ROWS:]
+
+    # the product's parser accepts every snapshot record, with the values PostgreSQL holds
+    events = [decode_message(value, key=key) for key, value, _, _ in snapshot]
+    assert all(isinstance(e, ChangeEvent) and e.op == "r" for e in events)
+    assert {e.row["currency"]: e.row["rate"] for e in events} == expected
+    assert {e.columns for e in events} == {(("currency", "string"), ("rate", "decimal(10,4)"))}
+    assert all(e.key == {"currency": e.row["currency"]} for e in events)
+    assert all(e.key_columns == ("currency",) for e in events)
+    assert {e.source_table for e in events} == {TABLE}
+    # one table: its first row says 'first', its last 'last'; one position for the snapshot
+    assert Counter(e.snapshot for e in events) == {"first": 1, "true": ROWS - 2, "last": 1}
+    assert (events[0].snapshot, events[-1].snapshot) == ("first", "last")
+    assert len({e.seq for e in events}) == 1
+
+    update, delete, tombstone = (decode_message(v, key=k) for k, v, _, _ in log)
+    assert isinstance(update, ChangeEvent) and isinstance(delete, ChangeEvent)
+    assert (update.op, update.snapshot, update.row) == (
+        "u",
+        "false",
+        {"currency": "C0001", "rate": Decimal("9.9999")},
+    )
+    # REPLICA IDENTITY DEFAULT: the delete's before image holds the key only
+    assert (delete.op, delete.row, delete.key) == (
+        "d",
+        {"currency": "C0002", "rate": None},
+        {"currency": "C0002"},
+    )
+    assert tombstone == Tombstone(key={"currency": "C0002"}, key_columns=("currency",))
+    assert events[0].seq < update.seq < delete.seq
+
+    # the notifications of the initial snapshot, in Kafka time: TABLE_SCAN_COMPLETED after
+    # every row of the table but its final one, which Debezium holds back until the whole
+    # snapshot ends (to mark it 'last'), so it may come a millisecond later; COMPLETED and
+    # the first heartbeat after every row
+    last_row_ts = max(ts for _, _, ts, _ in snapshot)
+    parsed = [
+        parse_notification(v, topic=notes, partition=0, offset=o, kafka_ts_ms=ts)
+        for _, v, ts, o in reader.records[notes]
+    ]
+    assert [(n.aggregate_type, n.type) for n in parsed] == [
+        ("Initial Snapshot", "STARTED"),
+        ("Initial Snapshot", "IN_PROGRESS"),
+        ("Initial Snapshot", "TABLE_SCAN_COMPLETED"),
+        ("Initial Snapshot", "COMPLETED"),
+    ]
+    scan, completed = parsed[2], parsed[3]
+    assert (scan.collection, scan.status) == (TABLE, "SUCCEEDED")
+    assert scan.concerns(TABLE) and completed.concerns(TABLE)
+    assert scan.kafka_ts_ms >= max(ts for _, _, ts, _ in snapshot[:-1])
+    assert completed.kafka_ts_ms >= last_row_ts
+    heartbeats = [
+        parse_heartbeat(v, topic=beats, partition=0, offset=o, kafka_ts_ms=ts)
+        for _, v, ts, o in reader.records[beats]
+    ]
+    assert heartbeats and heartbeats[0].kafka_ts_ms >= last_row_ts
+
+    version = debezium_version().removesuffix(".Final")
+    _capture(
+        {
+            f"postgres_{version}_snapshot_read_first_with_schema.json": snapshot[0][1],
+            f"postgres_{version}_snapshot_read_last_with_schema.json": snapshot[-1][1],
+            f"postgres_{version}_update_with_schema.json": log[0][1],
+            f"postgres_{version}_delete_with_schema.json": log[1][1],
+            f"postgres_{version}_delete_key_with_schema.json": log[1][0],
+            f"signals/postgres_{version}_notification_table_scan_completed_with_schema.json": (
+                reader.records[notes][2][1]
+            ),
+            f"signals/postgres_{version}_notification_completed_with_schema.json": (
+                reader.records[notes][3][1]
+            ),
+            f"signals/postgres_{version}_heartbeat_with_schema.json": reader.records[beats][0][1],
+        }
+    )
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float, query) -> float:
+    started = time.monotonic()
+    while not condition():
+        if query.exception() is not None:
+            raise query.exception()
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+@pytest.mark.spark
+def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
+    spark, tmp_path, debezium_stack
+):
+    # A long-running ingest (processing-time trigger), started before the connector: the
+    # snapshot, its notifications and heartbeats arrive while it runs, batch by batch, as in
+    # production; then the log.
+    started = time.monotonic()
+    _create_rates(debezium_stack)
+    data = debezium_stack.data_topic(TABLE)
+    uri = str(tmp_path / "tables" / "rates")
+    settings = Settings.model_validate(
+        {
+            "kafka": {"bootstrap_servers": debezium_stack.bootstrap},
+            "ingest": {
+                "pipeline_id": "debezium-rates",
+                "source": "kafka",
+                "topics": [data],
+                "checkpoint": str(tmp_path / "checkpoints" / "ingest"),
+                "dead_letter_table": str(tmp_path / "tables" / "dead_letter"),
+                "trigger": "processing-time",
+                "interval": "1 second",
+                "tables": [
+                    {
+                        "table": uri,
+                        "source_table": TABLE,
+                        "notification_topic": debezium_stack.notification_topic,
+                        "heartbeat_topic": debezium_stack.heartbeat_topic,
+                        # the notification only: 'last' and the heartbeat race it into a batch
+                        "snapshot_signals": ["notification"],
+                    }
+                ],
+            },
+        }
+    )
+    # the data topic exists before the ingest starts; the connector starts after it, so the
+    # ingest sees the snapshot arrive as it does in production
+    debezium_stack.create_data_topic(TABLE)
+    lock = threading.Lock()
+    reports = []
+
+    def on_batch(report):
+        with lock:
+            reports.append(report)
+
+    def marker_set() -> bool:
+        with lock:
+            return any(t.marker_set_now for r in reports for t in r.targets)
+
+    def versions() -> int:
+        with lock:
+            return sum(t.rows for r in reports for t in r.targets)
+
+    query = start_ingest(spark, settings, on_batch=on_batch)
+    try:
+        debezium_stack.start_connector([TABLE])
+        running = time.monotonic() - started
+        marker_s = _wait(marker_set, "the marker", 120, query)
+        props = delta.get_properties(uri)
+        completed_version = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+        snapshot_rows = delta.read(spark, uri, version=completed_version).collect()
+
+        debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
+        debezium_stack.execute("DELETE FROM public.rates WHERE currency = 'C0002'")
+        log_s = _wait(lambda: versions() >= ROWS + 2, "the update and delete", 90, query)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    with lock:
+        batches = [r for r in reports if not r.skipped]
+    print(
+        f"\nconnector running {running:.1f} s after the test started; marker set "
+        f"{marker_s:.1f} s later, after {len(batches)} batch(es); the update and delete "
+        f"in the table {log_s:.1f} s after the SQL"
+    )
+    for r in batches:
+        t = r.targets[0] if r.targets else None
+        print(
+            f"  batch {r.batch_id}: {r.records} data + {r.signal_records} signal records, "
+            f"{t.rows if t else 0} versions, {t.phase if t else '-'}"
+            f"{' (marker set)' if t and t.marker_set_now else ''}"
+            f"{f', pending {list(t.pending)}' if t and t.pending else ''}, {r.seconds:.1f} s"
+        )
+
+    # the snapshot: exactly the 1000 rows, as snapshot versions, before the marker
+    assert len(snapshot_rows) == ROWS
+    assert {(r._op, r._snapshot) for r in snapshot_rows} == {("r", True)}
+    assert len({r.currency for r in snapshot_rows}) == ROWS
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
+    detail = props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
+    assert "Initial Snapshot" in detail and "COMPLETED" in detail, detail
+    assert props[L.PROP_PRIMARY_KEY] == "currency"  # from the Debezium key
+
+    # the log: the update and the delete, after the marker, as log-phase versions
+    rows = delta.read(spark, uri).collect()
+    log = sorted(
+        ((r._op, r.currency, r.rate, r._snapshot) for r in rows if r._op != "r"),
+        key=lambda row: row[0],
+    )
+    assert log == [("d", "C0002", None, False), ("u", "C0001", Decimal("9.9999"), False)]
+    assert len(rows) == ROWS + 2
+    with lock:
+        assert sum(r.tombstones for r in reports) == 1  # the delete's tombstone, counted
+        assert sum(r.dead_lettered for r in reports) == 0  # every real record was understood
+    assert not delta.table_exists(str(tmp_path / "tables" / "dead_letter"))
