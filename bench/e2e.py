@@ -93,7 +93,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
     spark = _spark("ingest", spec.get("spark_conf", {}))
     sink = BuildSink(
         [BuildTarget(str(root / "build"), key_columns=("currency",))],
-        dead_letter_uri=str(root / "dlq"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="bench-ingest",
     )
     from lakehouse.testing.cost import BatchCost
@@ -304,10 +304,10 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
     query.stop()
     commits = {
         int(c.metadata["lakehouse.batchId"]): c.timestamp_ms
-        for c in delta.history(opts.output_uri)
+        for c in delta.history(opts.output_table)
         if "lakehouse.batchId" in c.metadata
     }
-    rows = delta.read(spark, opts.output_uri).select("_batch_id", "sent_ms").toPandas()
+    rows = delta.read(spark, opts.output_table).select("_batch_id", "sent_ms").toPandas()
     spark.stop()
     commit_ms = rows["_batch_id"].map(commits).to_numpy(dtype=np.float64)
     lat = (commit_ms - rows["sent_ms"].to_numpy(dtype=np.float64)) / 1000.0
@@ -483,7 +483,7 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
     codes = [f"C{i:02d}" for i in range(20)]
     sink = BuildSink(
         [BuildTarget(str(root / "rates"), key_columns=("currency",))],
-        dead_letter_uri=str(root / "dlq"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="cost-ingest",
     )
 
@@ -504,10 +504,10 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
         out["ingest"].append(_cost_point(b, c, time.perf_counter() - t0))
     for mode in ("rowtime", "proctime"):
         opts = JoinOptions(
-            build_uri=str(root / "rates"),
-            output_uri=str(root / f"out-{mode}"),
-            pending_uri=str(root / f"pending-{mode}"),
-            dead_letter_uri=str(root / f"dlq-{mode}"),
+            build_table=str(root / "rates"),
+            output_table=str(root / f"out-{mode}"),
+            pending_table=str(root / f"pending-{mode}"),
+            dead_letter_table=str(root / f"dlq-{mode}"),
             pipeline_id=f"cost-{mode}",
             probe_schema="id bigint, currency string, ts bigint",
             probe_key=("currency",),

@@ -44,7 +44,7 @@ def _build(spark: Any, uri: str) -> None:
     raw = spark.createDataFrame(rows, StructType.fromDDL(RAW_SCHEMA_DDL))
     sink = BuildSink(
         [BuildTarget(uri, key_columns=("currency",))],
-        dead_letter_uri=f"{uri}_dlq",
+        dead_letter_table=f"{uri}_dlq",
         pipeline_id="bench-ingest",
     )
     sink.process(raw, 0)
@@ -68,10 +68,10 @@ def _run(spark: Any, root: Path, batches: int, *, config: str) -> dict[str, Any]
     build = str(root / "build")
     _build(spark, build)
     options = JoinOptions(
-        build_uri=build,
-        output_uri=str(root / "out"),
-        pending_uri=str(root / "pending"),
-        dead_letter_uri=str(root / "dlq"),
+        build_table=build,
+        output_table=str(root / "out"),
+        pending_table=str(root / "pending"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="bench-join",
         probe_schema="id bigint, currency string",
         probe_key=("currency",),

@@ -63,7 +63,9 @@ def main(spec: dict[str, Any]) -> None:
     spark = get_spark(
         app_name=f"bench-proctime-{side}", master="local[2]", conf=spec.get("spark_conf", {})
     )
-    opts = join_options(root, spec["build_uri"], mode="proctime", watermark="none", probe_time=None)
+    opts = join_options(
+        root, spec["build_table"], mode="proctime", watermark="none", probe_time=None
+    )
     operator = TemporalJoin(opts)
     out_uri = str(root / "out")
     checks: list[tuple[int, int]] = []
@@ -79,7 +81,7 @@ def main(spec: dict[str, Any]) -> None:
     def join_only(raw: Any) -> None:
         probe = parsed(raw)
         if side == "product":
-            snap = delta.snapshot(spec["build_uri"], spark=spark)
+            snap = delta.snapshot(spec["build_table"], spark=spark)
             joined = join_as_of(
                 probe,
                 delta.read_files(spark, snap, version=snap.version),

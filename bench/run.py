@@ -247,7 +247,7 @@ class Runner:
                 "bench.tables",
                 {
                     "workload": asdict(w),
-                    "build_uri": build,
+                    "build_table": build,
                     "static_uri": static,
                     "batches_dir": str(base / f"batches-{p.proctime_batch_rows}"),
                     "batches": p.proctime_batches,
@@ -269,7 +269,7 @@ class Runner:
                             "side": side,
                             "variant": variant,
                             "root": str(base / f"run-{variant}-{side}"),
-                            "build_uri": build,
+                            "build_table": build,
                             "static_uri": static,
                             "batches": setup.result["batches"],
                             "spark_conf": self.spark_conf,

@@ -143,15 +143,15 @@ def read_raw(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.schema(RAW_SCHEMA).parquet(path)
 
 
-def join_options(root: Path, build_uri: str, **overrides: Any) -> Any:
+def join_options(root: Path, build_table: str, **overrides: Any) -> Any:
     """The benchmark's :class:`lakehouse.join.JoinOptions` (left join, key ``k``)."""
     from lakehouse.join import JoinOptions
 
     base: dict[str, Any] = {
-        "build_uri": build_uri,
-        "output_uri": str(root / "out"),
-        "pending_uri": str(root / "pending"),
-        "dead_letter_uri": str(root / "dlq"),
+        "build_table": build_table,
+        "output_table": str(root / "out"),
+        "pending_table": str(root / "pending"),
+        "dead_letter_table": str(root / "dlq"),
         "pipeline_id": "bench-join",
         "probe_schema": PROBE_SCHEMA,
         "probe_key": ("k",),
@@ -166,7 +166,7 @@ def join_options(root: Path, build_uri: str, **overrides: Any) -> Any:
 def main(spec: dict[str, Any]) -> None:
     """Create what a streaming measurement needs (run in its own process: it starts Spark).
 
-    ``spec``: ``workload`` (Workload fields), ``build_uri`` (written when missing),
+    ``spec``: ``workload`` (Workload fields), ``build_table`` (written when missing),
     ``static_uri`` (the latest-only table; optional), ``batches_dir``, ``batches``,
     ``batch_rows``.
     """
@@ -176,10 +176,10 @@ def main(spec: dict[str, Any]) -> None:
 
     w = Workload(**spec["workload"])
     spark = get_spark(app_name="bench-setup", master="local[2]", conf=spec.get("spark_conf", {}))
-    if not delta.table_exists(spec["build_uri"]):
-        write_build_table(spark, spec["build_uri"], w)
+    if not delta.table_exists(spec["build_table"]):
+        write_build_table(spark, spec["build_table"], w)
     static = spec.get("static_uri")
-    if static and static != spec["build_uri"] and not delta.table_exists(static):
+    if static and static != spec["build_table"] and not delta.table_exists(static):
         write_build_table(spark, static, w, latest_only=True)
     paths = []
     rows = int(spec.get("batch_rows", 0))

@@ -522,7 +522,7 @@ def start_ingest(
         probe = kafka_offsets_probe(settings.kafka.bootstrap_servers, data_topics, options=options)
     sink = BuildSink(
         targets,
-        dead_letter_uri=cfg.dead_letter_table,
+        dead_letter_table=cfg.dead_letter_table,
         pipeline_id=cfg.pipeline_id,
         on_batch=on_batch,
         offsets_probe=probe,
@@ -556,38 +556,24 @@ def written_tables(settings: Settings, command: str) -> list[str]:
 
 
 def join_options(cfg: JoinConfig) -> Any:
-    """The :class:`lakehouse.join.JoinOptions` of a join configuration."""
+    """The :class:`lakehouse.join.JoinOptions` of a join configuration.
+
+    Every field of ``JoinOptions`` is the configuration field of the same name (one name from
+    the TOML key to the flag to the options object; a unit test holds it); the rest of the
+    configuration (source, trigger, checkpoint) is the runner's. Lists become tuples, and an
+    unset ``watermark`` is chosen by the mode.
+    """
+    from dataclasses import fields
+
     from lakehouse.join import JoinOptions
 
-    return JoinOptions(
-        build_uri=cfg.build_table,
-        output_uri=cfg.output_table,
-        pending_uri=cfg.pending_table,
-        dead_letter_uri=cfg.dead_letter_table,
-        pipeline_id=cfg.pipeline_id,
-        probe_schema=cfg.probe_schema,
+    values = {f.name: getattr(cfg, f.name) for f in fields(JoinOptions)}
+    values.update(
         probe_key=tuple(cfg.probe_key),
-        probe_time=cfg.probe_time,
-        probe_id=cfg.probe_id,
         build_key=tuple(cfg.build_key),
-        mode=cfg.mode,
-        join_type=cfg.join_type,
         watermark=cfg.watermark or ("none" if cfg.mode == "proctime" else "bounded"),
-        out_of_orderness_ms=cfg.out_of_orderness_ms,
-        late_policy=cfg.late_policy,
-        build_idle_timeout_ms=cfg.build_idle_timeout_ms,
-        pending_ttl_ms=cfg.pending_ttl_ms,
-        expiry_policy=cfg.expiry_policy,
-        build_prefix=cfg.build_prefix,
-        pending_max_rows=cfg.pending_max_rows,
-        pending_max_age_ms=cfg.pending_max_age_ms,
-        on_pending_bound=cfg.on_pending_bound,
-        probe_time_unit=cfg.probe_time_unit,
-        max_future_ms=cfg.max_future_ms,
-        end_of_input=cfg.until_complete,
-        build_complete=cfg.build_complete,
-        allow_dead_letters=cfg.allow_dead_letters,
     )
+    return JoinOptions(**values)
 
 
 def start_join(

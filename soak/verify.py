@@ -203,7 +203,7 @@ def _verify_join(
     from lakehouse import delta
 
     figures = result.joins.setdefault(mode, JoinFigures())
-    out_uri, pending_uri, dead_uri = (
+    out_uri, pending_table, dead_uri = (
         tables[f"{mode}_output"],
         tables[f"{mode}_pending"],
         tables[f"{mode}_dead_letter"],
@@ -223,8 +223,8 @@ def _verify_join(
         else []
     )
     pending = (
-        [r["order_id"] for r in delta.read(spark, pending_uri).select("order_id").collect()]
-        if delta.table_exists(pending_uri)
+        [r["order_id"] for r in delta.read(spark, pending_table).select("order_id").collect()]
+        if delta.table_exists(pending_table)
         else []
     )
     dead = (

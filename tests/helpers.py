@@ -167,10 +167,10 @@ def join_options(**overrides: Any) -> Any:
     from lakehouse.join import JoinOptions
 
     base: dict[str, Any] = dict(
-        build_uri="b",
-        output_uri="o",
-        pending_uri="p",
-        dead_letter_uri="d",
+        build_table="b",
+        output_table="o",
+        pending_table="p",
+        dead_letter_table="d",
         pipeline_id="j",
         probe_schema="id bigint, k string, ts bigint",
         probe_key=("k",),

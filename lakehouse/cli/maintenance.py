@@ -107,9 +107,9 @@ def compact_command(
     j = settings.join
     if j is not None and j.mode == "rowtime" and _same_table(j.build_table, table) and not force:
         wm = join_watermark(
-            output_uri=j.output_table,
-            pending_uri=j.pending_table,
-            dead_letter_uri=j.dead_letter_table,
+            output_table=j.output_table,
+            pending_table=j.pending_table,
+            dead_letter_table=j.dead_letter_table,
             pipeline_id=j.pipeline_id,
         )
         if wm is None or (

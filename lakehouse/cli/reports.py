@@ -51,10 +51,10 @@ def quality(
     spark = spark_for(settings)
     report = run_quality_report(
         spark,
-        output_uri=j.output_table,
-        pending_uri=j.pending_table,
-        build_uri=j.build_table,
-        dead_letter_uri=j.dead_letter_table,
+        output_table=j.output_table,
+        pending_table=j.pending_table,
+        build_table=j.build_table,
+        dead_letter_table=j.dead_letter_table,
         probe_id=j.probe_id,
         probe_key=tuple(j.probe_key),
         probe_time=j.probe_time,

@@ -80,7 +80,7 @@ def schema_resolve(
         dead_letter_table = settings.ingest.dead_letter_table
     spark = spark_for(settings)
     result = resolve(
-        spark, table, reason=reason, dead_letter_uri=dead_letter_table, accept_loss=accept_loss
+        spark, table, reason=reason, dead_letter_table=dead_letter_table, accept_loss=accept_loss
     )
     what = (
         f"{table}: replayed {result.replayed} of {result.candidates} held-back records"

@@ -308,9 +308,9 @@ def _finish_bounded_run(cfg: Any, plan: Any) -> None:
     from lakehouse.time import Watermark
 
     state = last_state(
-        output_uri=cfg.output_table,
-        pending_uri=cfg.pending_table,
-        dead_letter_uri=cfg.dead_letter_table,
+        output_table=cfg.output_table,
+        pending_table=cfg.pending_table,
+        dead_letter_table=cfg.dead_letter_table,
         pipeline_id=cfg.pipeline_id,
     )
     pending = 0 if state is None else state.pending_rows

@@ -507,10 +507,10 @@ def _finish(
         console.print(f"quality report for the {name} join ...")
         reports[name] = run_quality_report(
             spark,
-            output_uri=j["output_table"],
-            pending_uri=j["pending_table"],
-            build_uri=j["build_table"],
-            dead_letter_uri=j["dead_letter_table"],
+            output_table=j["output_table"],
+            pending_table=j["pending_table"],
+            build_table=j["build_table"],
+            dead_letter_table=j["dead_letter_table"],
             probe_id="order_id",
             probe_key=("currency",),
             probe_time="order_ts",

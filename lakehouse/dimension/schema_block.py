@@ -207,14 +207,14 @@ def resolve(
     uri: str,
     *,
     reason: str,
-    dead_letter_uri: str | None,
+    dead_letter_table: str | None,
     accept_loss: bool = False,
 ) -> ResolveResult:
     """Resolve a build table's schema block (see the module docstring). Stop the ingest
     first: records it dead-letters while this runs would not be replayed (run this again
     after the ingest is stopped to pick them up; positions already applied are skipped).
 
-    With ``dead_letter_uri``, the block's dead letters (kinds :data:`BLOCK_KINDS`, of the
+    With ``dead_letter_table``, the block's dead letters (kinds :data:`BLOCK_KINDS`, of the
     block's pipeline from its batch on, naming this table) are decoded again against the
     table's current schema; those that fit and whose position the table does not hold yet are
     appended in one commit (application transaction :data:`RESOLVE_APP_ID`), with the
@@ -234,7 +234,7 @@ def resolve(
     previous = last_resolved(props)
     target_block = block
     if target_block is None:
-        if previous is None or dead_letter_uri is None:
+        if previous is None or dead_letter_table is None:
             raise ConfigError(
                 f"build table '{uri}' is not blocked on schema; nothing to resolve",
                 setting="table",
@@ -245,8 +245,8 @@ def resolve(
 
     candidates = replayed = applied_before = incompatible = 0
     version: int | None = None
-    if dead_letter_uri is not None and delta.table_exists(dead_letter_uri):
-        plan = _replay_plan(spark, uri, target_block, dead_letter_uri)
+    if dead_letter_table is not None and delta.table_exists(dead_letter_table):
+        plan = _replay_plan(spark, uri, target_block, dead_letter_table)
         candidates, applied_before, incompatible = plan.candidates, plan.applied, plan.rejected
         if incompatible and not accept_loss:
             raise ConfigError(

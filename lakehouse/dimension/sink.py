@@ -121,7 +121,7 @@ class BuildSink:
 
     Args:
         targets: the build tables; two targets may not route the same source table.
-        dead_letter_uri: the dead-letter table (see :mod:`lakehouse.dead_letter`).
+        dead_letter_table: the dead-letter table (see :mod:`lakehouse.dead_letter`).
         pipeline_id: the application id of the Delta transactions. Keep it stable across
             restarts of the same pipeline, and unique among pipelines writing a table.
         on_batch: called with each batch's report (progress output).
@@ -141,7 +141,7 @@ class BuildSink:
         self,
         targets: Sequence[BuildTarget],
         *,
-        dead_letter_uri: str,
+        dead_letter_table: str,
         pipeline_id: str,
         on_batch: Callable[[BatchReport], None] | None = None,
         max_record_bytes: int = 16 * 1024 * 1024,
@@ -164,7 +164,7 @@ class BuildSink:
                 setting="source_table",
             )
         self.targets = tuple(targets)
-        self.dead_letter_uri = dead_letter_uri
+        self.dead_letter_table = dead_letter_table
         self.pipeline_id = pipeline_id
         self.on_batch = on_batch
         self.max_record_bytes = max_record_bytes
@@ -348,7 +348,7 @@ class BuildSink:
         known = kinds.get("error", 0) + len(signals.invalid) + sum(p.rejected_count for p in plans)
         dead_result = append_dead_letters(
             dead,
-            self.dead_letter_uri,
+            self.dead_letter_table,
             app_id=self.pipeline_id,
             batch_id=batch_id,
             known_rows=known > 0,

@@ -179,9 +179,9 @@ class TemporalJoin:
         if not look.pending.exists:
             # the pending table exists from the first batch on, so that it can be queried
             # (and validated) whether or not a row ever had to wait
-            delta.create_table(self.options.pending_uri, self.pending_schema(), spark=spark)
+            delta.create_table(self.options.pending_table, self.pending_schema(), spark=spark)
             look = self._look(spark, batch_id)
-        if self.options.pending_uri in look.recovery.recorded_in:
+        if self.options.pending_table in look.recovery.recorded_in:
             return JoinBatchReport(batch_id=batch_id, skipped=True, seconds=_since(started))
         state, plan = look.recovery.state, look.recovery.plan
         if plan is None and not needs_batch_max(self.options):
@@ -241,18 +241,18 @@ class TemporalJoin:
         o = self.options
         snaps = {
             uri: delta.snapshot(uri, spark=spark)
-            for uri in (o.build_uri, o.output_uri, o.pending_uri, o.dead_letter_uri)
+            for uri in (o.build_table, o.output_table, o.pending_table, o.dead_letter_table)
         }
         tables = [
             _commits_of(snaps[uri], o.pipeline_id, batch_id)
-            for uri in (o.pending_uri, o.output_uri, o.dead_letter_uri)
+            for uri in (o.pending_table, o.output_table, o.dead_letter_table)
         ]
         return _Look(
-            build=snaps[o.build_uri],
-            output=snaps[o.output_uri],
-            pending=snaps[o.pending_uri],
-            dead=snaps[o.dead_letter_uri],
-            channel=read_build_channel(o.build_uri, snap=snaps[o.build_uri]),
+            build=snaps[o.build_table],
+            output=snaps[o.output_table],
+            pending=snaps[o.pending_table],
+            dead=snaps[o.dead_letter_table],
+            channel=read_build_channel(o.build_table, snap=snaps[o.build_table]),
             recovery=recover(tables, batch_id=batch_id),
         )
 
@@ -308,7 +308,7 @@ class TemporalJoin:
         failpoint("join.before_output", plan.batch_id)
         delta.append(
             out,
-            o.output_uri,
+            o.output_table,
             txn=(o.pipeline_id, plan.batch_id),
             schema_mode="widen",
             metadata=self._metadata(plan, after),
@@ -379,7 +379,7 @@ class TemporalJoin:
         new = self._new_rows(parsed.filter(ok), plan)
         candidates = new
         if state.pending_rows and look.pending.exists:
-            waiting = delta.read(spark, o.pending_uri, version=look.pending.version)
+            waiting = delta.read(spark, o.pending_table, version=look.pending.version)
             candidates = waiting.withColumn(R.IS_NEW, F.lit(False)).unionByName(new)
         candidates = candidates.persist()
         try:
@@ -458,7 +458,7 @@ class TemporalJoin:
             )
             written = delta.append(
                 R.for_join_type(observed, o),
-                o.output_uri,
+                o.output_table,
                 txn=(o.pipeline_id, plan.batch_id),
                 schema_mode="widen",
                 metadata={**self._metadata(plan, after), **accounting},
@@ -479,7 +479,7 @@ class TemporalJoin:
         if counts.pending or state.pending_rows:
             delta.overwrite(
                 R.kept(staged),
-                o.pending_uri,
+                o.pending_table,
                 txn=(o.pipeline_id, plan.batch_id),
                 max_files=2,
                 metadata={**self._metadata(plan, after), **accounting},
@@ -545,16 +545,16 @@ class TemporalJoin:
             return o.build_key
         key = look.channel.key_columns if look.channel.version == version else ()
         if not key:
-            key = read_build_channel(o.build_uri, version=version, snap=look.build).key_columns
+            key = read_build_channel(o.build_table, version=version, snap=look.build).key_columns
         if not key:
             raise SchemaMismatchError(
-                f"build table '{o.build_uri}' has no lakehouse.primaryKey property; set "
+                f"build table '{o.build_table}' has no lakehouse.primaryKey property; set "
                 "build_key in the join configuration",
-                table_uri=o.build_uri,
+                table_uri=o.build_table,
             )
         if len(key) != len(o.probe_key):
             raise ConfigError(
-                f"build table '{o.build_uri}' has key {list(key)} but probe_key is "
+                f"build table '{o.build_table}' has key {list(key)} but probe_key is "
                 f"{list(o.probe_key)}; they must pair up in order",
                 setting="probe_key",
             )
@@ -653,7 +653,7 @@ class TemporalJoin:
         o = self.options
         append_dead_letters(
             dead,
-            o.dead_letter_uri,
+            o.dead_letter_table,
             app_id=o.pipeline_id,
             batch_id=plan.batch_id,
             metadata={**self._metadata(plan, after), **counts},
@@ -663,11 +663,11 @@ class TemporalJoin:
 
 
 def last_state(
-    *, output_uri: str, pending_uri: str, dead_letter_uri: str | None, pipeline_id: str
+    *, output_table: str, pending_table: str, dead_letter_table: str | None, pipeline_id: str
 ) -> JoinState | None:
     """The state a join recorded after its newest batch (None: no batch yet), from the newest
     commit of the pipeline in any of its tables (for status, compaction, the soak verifier)."""
-    uris = [u for u in (pending_uri, output_uri, dead_letter_uri) if u]
+    uris = [u for u in (pending_table, output_table, dead_letter_table) if u]
     tables = [_commits_of(delta.snapshot(uri), pipeline_id, 2**62) for uri in uris]
     state = recover(tables, batch_id=2**62).state
     return None if state.batch_id is None else state

@@ -25,10 +25,10 @@ class JoinOptions:
     """How a probe stream joins a build table.
 
     Attributes:
-        build_uri: the versioned build table (written by the CDC ingest).
-        output_uri: where joined rows are appended.
-        pending_uri: probe rows waiting for the watermark (overwritten every batch).
-        dead_letter_uri: malformed probe records, and rows the late/expiry policies reject.
+        build_table: the versioned build table (written by the CDC ingest).
+        output_table: where joined rows are appended.
+        pending_table: probe rows waiting for the watermark (overwritten every batch).
+        dead_letter_table: malformed probe records, and rows the late/expiry policies reject.
         pipeline_id: application id of the Delta transactions; stable across restarts.
         probe_schema: DDL of the probe records' JSON (e.g. ``"order_id bigint, currency
             string, amount double, order_ts timestamp"``).
@@ -74,7 +74,7 @@ class JoinOptions:
             dead-lettered (``future_time``) instead of moving the probe watermark, which
             never goes back: one bad clock or unit must not release or evict everything
             after it. None: no bound.
-        end_of_input: the run ends the probe input (``lakehouse join --until-complete``):
+        until_complete: the run ends the probe input (``lakehouse join --until-complete``):
             each batch is decided as if the probe stream had ended after it, as Flink ends a
             bounded source with the final watermark. A batch then also releases every
             waiting row the build side can answer: at or below the build watermark, or all
@@ -83,7 +83,7 @@ class JoinOptions:
             joined as of its own time, as any release is. The end belongs to the run, not
             the pipeline: the watermark recorded for the next run is the one the batch
             would have had without it, so a later run's rows are not late because of it.
-        build_complete: with ``end_of_input``: the build table already holds every change
+        build_complete: with ``until_complete``: the build table already holds every change
             up to the probe's times (a backfill against a finished dimension), so the end
             of input releases every waiting row once the snapshot marker is set.
         allow_dead_letters: accept batches that dead-letter every probe record. Without
@@ -93,10 +93,10 @@ class JoinOptions:
             available-now run that had one.
     """
 
-    build_uri: str
-    output_uri: str
-    pending_uri: str
-    dead_letter_uri: str
+    build_table: str
+    output_table: str
+    pending_table: str
+    dead_letter_table: str
     pipeline_id: str
     probe_schema: str
     probe_key: tuple[str, ...]
@@ -117,7 +117,7 @@ class JoinOptions:
     on_pending_bound: PendingBoundPolicy = "dead-letter"
     probe_time_unit: TimeUnit = "ms"
     max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
-    end_of_input: bool = False
+    until_complete: bool = False
     build_complete: bool = False
     allow_dead_letters: bool = False
 
@@ -183,14 +183,17 @@ class JoinOptions:
                 f"has {len(self.build_key)} column(s) but probe_key has "
                 f"{len(self.probe_key)}; they pair up in order",
             )
-        if self.build_complete and not self.end_of_input:
+        if self.build_complete and not self.until_complete:
             raise bad(
                 "build_complete",
                 "says the build side is complete at the end of the probe input; it needs "
                 "until_complete (lakehouse join --until-complete --build-complete)",
             )
-        if len({self.build_uri, self.output_uri, self.pending_uri, self.dead_letter_uri}) < 4:
+        if (
+            len({self.build_table, self.output_table, self.pending_table, self.dead_letter_table})
+            < 4
+        ):
             raise bad(
-                "output_uri",
+                "output_table",
                 "build, output, pending and dead-letter tables must be four different locations",
             )

@@ -18,8 +18,8 @@ to 100, the build watermark is 90.
 
 >>> from lakehouse.join.build_channel import BuildChannelState
 >>> from lakehouse.join.options import JoinOptions
->>> options = JoinOptions(build_uri="b", output_uri="o", pending_uri="p",
-...     dead_letter_uri="d", pipeline_id="j", probe_schema="k string, t bigint",
+>>> options = JoinOptions(build_table="b", output_table="o", pending_table="p",
+...     dead_letter_table="d", pipeline_id="j", probe_schema="k string, t bigint",
 ...     probe_key=("k",), probe_time="t", out_of_orderness_ms=5)
 >>> build = BuildChannelState(version=3, snapshot_complete=True, completed_version=1,
 ...     event_watermark_ms=90, last_commit_ms=0, key_columns=("k",))
@@ -143,7 +143,7 @@ class ReleasePlan:
         pending_max_age_ms: the pending bound in age this batch applies (None: unbounded);
             age is measured against the probe watermark, or ``decided_at_ms`` when that is
             processing time (:class:`~lakehouse.join.JoinOptions`).
-        final: an end-of-input batch (``JoinOptions.end_of_input``): the watermark that
+        final: an end-of-input batch (``JoinOptions.until_complete``): the watermark that
             releases its rows, the probe side having ended (None: not such a batch, or one
             the end changes nothing for). ``combined`` stays what the next batch continues
             from.
@@ -247,7 +247,7 @@ def probe_watermark(options: JoinOptions, probe_max_ts_ms: int | None, now_ms: i
     maximum, and processing time on nothing.
 
     >>> from lakehouse.join.options import JoinOptions
-    >>> o = JoinOptions(build_uri="b", output_uri="o", pending_uri="p", dead_letter_uri="d",
+    >>> o = JoinOptions(build_table="b", output_table="o", pending_table="p", dead_letter_table="d",
     ...     pipeline_id="j", probe_schema="k string, t bigint", probe_key=("k",),
     ...     probe_time="t", watermark="ascending")
     >>> probe_watermark(o, 50, 0).timestamp, probe_watermark(o, None, 0) == Watermark.MIN
@@ -313,9 +313,9 @@ def final_watermark(
 
     >>> from lakehouse.join.build_channel import BuildChannelState
     >>> from lakehouse.join.options import JoinOptions
-    >>> o = JoinOptions(build_uri="b", output_uri="o", pending_uri="p", dead_letter_uri="d",
+    >>> o = JoinOptions(build_table="b", output_table="o", pending_table="p", dead_letter_table="d",
     ...     pipeline_id="j", probe_schema="k string, t bigint", probe_key=("k",),
-    ...     probe_time="t", end_of_input=True)
+    ...     probe_time="t", until_complete=True)
     >>> b = BuildChannelState(version=3, snapshot_complete=True, completed_version=1,
     ...     event_watermark_ms=90, last_commit_ms=0, key_columns=("k",))
     >>> active = WatermarkStatus.ACTIVE
@@ -324,7 +324,7 @@ def final_watermark(
     >>> final_watermark(o, Watermark(90), b, Watermark(90), active, 0) is None
     True
     """
-    if not options.end_of_input or combined.use_processing_time:
+    if not options.until_complete or combined.use_processing_time:
         return None
     if options.build_complete and build.snapshot_complete:
         build_wm = Watermark(WATERMARK_MAX)
@@ -362,7 +362,7 @@ def releases_everything(options: JoinOptions, plan: ReleasePlan, state: JoinStat
 
     >>> from lakehouse.time import Watermark as W, WatermarkStatus as S
     >>> from lakehouse.join.options import JoinOptions
-    >>> o = JoinOptions(build_uri="b", output_uri="o", pending_uri="p", dead_letter_uri="d",
+    >>> o = JoinOptions(build_table="b", output_table="o", pending_table="p", dead_letter_table="d",
     ...     pipeline_id="j", probe_schema="k string", probe_key=("k",), mode="proctime",
     ...     watermark="none")
     >>> pt = W.PROCESSING_TIME

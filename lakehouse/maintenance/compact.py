@@ -173,20 +173,20 @@ def horizon_from_retention(uri: str, retention_ms: int) -> int:
 
 
 def join_watermark(
-    *, output_uri: str, pending_uri: str, dead_letter_uri: str | None, pipeline_id: str
+    *, output_table: str, pending_table: str, dead_letter_table: str | None, pipeline_id: str
 ) -> Watermark | None:
     """The combined watermark a join recorded after its last batch (None: no batch yet).
     Rows it has yet to release are after it (except late rows)."""
     from lakehouse.join.operator import last_state
 
     state = last_state(
-        output_uri=output_uri,
-        pending_uri=pending_uri,
-        dead_letter_uri=dead_letter_uri,
+        output_table=output_table,
+        pending_table=pending_table,
+        dead_letter_table=dead_letter_table,
         pipeline_id=pipeline_id,
     )
     return None if state is None else state.combined
-    for entry in delta.history(pending_uri, limit=8):
+    for entry in delta.history(pending_table, limit=8):
         text = entry.metadata.get("lakehouse.state")
         if text:
             return Watermark.from_dict(json.loads(text)["combined"])

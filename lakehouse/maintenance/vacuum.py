@@ -59,7 +59,7 @@ class VacuumResult:
     retention_hours: int | None
 
 
-def lineage_versions(spark: SparkSession, build_uri: str, output_uris: Sequence[str]) -> set[int]:
+def lineage_versions(spark: SparkSession, build_table: str, output_uris: Sequence[str]) -> set[int]:
     """The build versions that must stay readable for the outputs' lineage (module docstring)."""
     from pyspark.sql import functions as F
 
@@ -77,8 +77,8 @@ def lineage_versions(spark: SparkSession, build_uri: str, output_uris: Sequence[
                 pinned = json.loads(plan).get("buildVersion")
                 if pinned is not None:
                     versions.add(int(pinned))
-    if delta.table_exists(build_uri):
-        props = delta.get_properties(build_uri)
+    if delta.table_exists(build_table):
+        props = delta.get_properties(build_table)
         last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
         if props.get(L.PROP_SNAPSHOT_STATE) == "resnapshot" and last_complete.isdigit():
             versions.add(int(last_complete))

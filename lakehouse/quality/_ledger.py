@@ -97,7 +97,9 @@ class _Batch:
     commits: dict[str, tuple[delta.CommitInfo, Mapping[str, str]]]
 
 
-def read_ledger(pending_uri: str, *, output_uri: str, dead_letter_uri: str | None = None) -> Ledger:
+def read_ledger(
+    pending_table: str, *, output_table: str, dead_letter_table: str | None = None
+) -> Ledger:
     """Read the join's batch records from its tables' histories (module docstring).
 
     Raises:
@@ -105,7 +107,11 @@ def read_ledger(pending_uri: str, *, output_uri: str, dead_letter_uri: str | Non
             the version and the key.
     """
     histories: dict[str, list[delta.CommitInfo]] = {}
-    for role, uri in (("pending", pending_uri), ("output", output_uri), ("dead", dead_letter_uri)):
+    for role, uri in (
+        ("pending", pending_table),
+        ("output", output_table),
+        ("dead", dead_letter_table),
+    ):
         if uri and delta.table_exists(uri):
             histories[role] = delta.history(uri)
     pipelines = {
@@ -140,7 +146,7 @@ def read_ledger(pending_uri: str, *, output_uri: str, dead_letter_uri: str | Non
         if role != "dead"
     )
     return Ledger(
-        uri=pending_uri,
+        uri=pending_table,
         version=_version_at(histories.get("pending", []), cut),
         output_version=_version_at(histories.get("output", []), cut),
         records=tuple(records),

@@ -222,10 +222,10 @@ class QualityReport:
 def run_quality_report(
     spark: SparkSession,
     *,
-    output_uri: str,
-    pending_uri: str,
-    build_uri: str,
-    dead_letter_uri: str | None = None,
+    output_table: str,
+    pending_table: str,
+    build_table: str,
+    dead_letter_table: str | None = None,
     probe_id: str,
     probe_key: tuple[str, ...],
     probe_time: str | None,
@@ -246,11 +246,11 @@ def run_quality_report(
 
     Args:
         spark: the active SparkSession.
-        output_uri: the join's output table.
-        pending_uri: the join's pending table; its history is the per-batch ledger.
-        build_uri: the build table; its ``lakehouse.snapshot.*`` properties (latest version)
+        output_table: the join's output table.
+        pending_table: the join's pending table; its history is the per-batch ledger.
+        build_table: the build table; its ``lakehouse.snapshot.*`` properties (latest version)
             drive the processing-time check. A missing table counts as "no marker".
-        dead_letter_uri: the join's dead-letter table. With it, malformed probe records
+        dead_letter_table: the join's dead-letter table. With it, malformed probe records
             (dead-lettered without counting as arrived) are told apart in the accounting;
             without it they make the accounting fail (the message says so).
         probe_id: the probe column that identifies a probe row (the join's ``probe_id``).
@@ -275,7 +275,7 @@ def run_quality_report(
     Raises:
         ConfigError: an argument is invalid, or a named column is not in the tables (checked
             before any Spark work).
-        TableNotFoundError: there is no pending table at ``pending_uri``.
+        TableNotFoundError: there is no pending table at ``pending_table``.
         QualityError: Great Expectations failed (chained), or a suite file or the tables'
             commit metadata is unusable.
     """
@@ -287,19 +287,19 @@ def run_quality_report(
     suites_path = Path(suites_dir) if suites_dir is not None else default_suites_dir()
     suites = {name: _load_suite_file(suites_path, name) for name in CHECKS}
     pinned = _pin(
-        output_uri=output_uri,
-        pending_uri=pending_uri,
-        build_uri=build_uri,
-        dead_letter_uri=dead_letter_uri,
+        output_table=output_table,
+        pending_table=pending_table,
+        build_table=build_table,
+        dead_letter_table=dead_letter_table,
         probe_id=probe_id,
         probe_key=probe_key,
         probe_time=probe_time,
     )
 
     # the two tables the checks scan are read once, at the pinned versions
-    pending = delta.read(spark, pending_uri, version=pinned.pending_version).persist()
+    pending = delta.read(spark, pending_table, version=pinned.pending_version).persist()
     if pinned.output_version is not None:
-        output = delta.read(spark, output_uri, version=pinned.output_version).persist()
+        output = delta.read(spark, output_table, version=pinned.output_version).persist()
     else:
         output = _empty_output(spark, pinned.pending_schema, pinned.id_columns)
     try:
@@ -312,7 +312,7 @@ def run_quality_report(
             spark,
             output=output,
             pending=pending,
-            build_uri=build_uri,
+            build_table=build_table,
             build_key=build_key or pinned.build.key,
             probe_id=probe_id,
             probe_key=probe_key,
@@ -356,10 +356,10 @@ def run_quality_report(
         pinned.ledger.records,
         out_dir / PLOT_FILE,
         title=(
-            f"{pending_uri.rstrip('/').rsplit('/', 1)[-1]} @ v{pinned.pending_version}: "
+            f"{pending_table.rstrip('/').rsplit('/', 1)[-1]} @ v{pinned.pending_version}: "
             "watermarks and pending backlog"
         ),
-        source=f"pending table: {pending_uri}",
+        source=f"pending table: {pending_table}",
         snapshot_completed_at=(
             pinned.build.properties.get(L.PROP_SNAPSHOT_COMPLETED_AT)
             if pinned.build.complete
@@ -428,11 +428,11 @@ class _Checks:
         """What an asset is, for the Data Docs' "Data asset" line."""
         p = self.pinned
         tables = {
-            "output": f"output table {p.output_uri} @ v{p.output_version}",
-            "pending": f"pending table {p.pending_uri} @ v{p.pending_version}",
-            "probe_ids": f"probe ids of {p.output_uri} and {p.pending_uri}",
-            "accounting": f"per-batch counts in the commits of {p.pending_uri}",
-            "watermarks": f"combined watermark per batch, from the commits of {p.pending_uri}",
+            "output": f"output table {p.output_table} @ v{p.output_version}",
+            "pending": f"pending table {p.pending_table} @ v{p.pending_version}",
+            "probe_ids": f"probe ids of {p.output_table} and {p.pending_table}",
+            "accounting": f"per-batch counts in the commits of {p.pending_table}",
+            "watermarks": f"combined watermark per batch, from the commits of {p.pending_table}",
         }
         return tables.get(asset, asset)
 
@@ -461,8 +461,10 @@ class _Checks:
         """Exactly once, part 2: arrivals = released + dead-lettered + pending (metadata)."""
         p = self.pinned
         malformed = (
-            _malformed_dead_letters(self.spark, p.dead_letter_uri, p.dead_letter_version, p.ledger)
-            if p.dead_letter_uri
+            _malformed_dead_letters(
+                self.spark, p.dead_letter_table, p.dead_letter_version, p.ledger
+            )
+            if p.dead_letter_table
             else None
         )
         accounting = _ledger.account(
@@ -585,35 +587,35 @@ class _Checks:
 class _Pinned:
     """The table versions a run validates, and what was read from metadata to choose them."""
 
-    output_uri: str
+    output_table: str
     output_version: int | None
-    pending_uri: str
+    pending_table: str
     pending_version: int
     pending_schema: StructType
     ledger: Ledger
-    build_uri: str
+    build_table: str
     build: _BuildMarker
-    dead_letter_uri: str | None
+    dead_letter_table: str | None
     dead_letter_version: int | None
     id_columns: tuple[str, ...]  # probe id first, then key and time columns
 
     def tables(self) -> dict[str, TableVersion]:
         tables = {
-            "output": TableVersion(self.output_uri, self.output_version),
-            "pending": TableVersion(self.pending_uri, self.pending_version),
-            "build": TableVersion(self.build_uri, self.build.version),
+            "output": TableVersion(self.output_table, self.output_version),
+            "pending": TableVersion(self.pending_table, self.pending_version),
+            "build": TableVersion(self.build_table, self.build.version),
         }
-        if self.dead_letter_uri:
-            tables["dead_letter"] = TableVersion(self.dead_letter_uri, self.dead_letter_version)
+        if self.dead_letter_table:
+            tables["dead_letter"] = TableVersion(self.dead_letter_table, self.dead_letter_version)
         return tables
 
 
 def _pin(
     *,
-    output_uri: str,
-    pending_uri: str,
-    build_uri: str,
-    dead_letter_uri: str | None,
+    output_table: str,
+    pending_table: str,
+    build_table: str,
+    dead_letter_table: str | None,
     probe_id: str,
     probe_key: Sequence[str],
     probe_time: str | None,
@@ -624,22 +626,22 @@ def _pin(
     pending version's last batch (see the module docstring), build and dead-letter at their
     latest versions.
     """
-    if not delta.table_exists(pending_uri):
+    if not delta.table_exists(pending_table):
         raise TableNotFoundError(
-            f"no pending table at '{pending_uri}': the quality report needs the join's "
-            "pending table (pending_uri); check the path or run the join first",
-            table_uri=pending_uri,
+            f"no pending table at '{pending_table}': the quality report needs the join's "
+            "pending table (pending_table); check the path or run the join first",
+            table_uri=pending_table,
         )
     ledger = _ledger.read_ledger(
-        pending_uri, output_uri=output_uri, dead_letter_uri=dead_letter_uri
+        pending_table, output_table=output_table, dead_letter_table=dead_letter_table
     )
     pending_version = (
-        ledger.version if ledger.version is not None else delta.latest_version(pending_uri)
+        ledger.version if ledger.version is not None else delta.latest_version(pending_table)
     )
     output_version = ledger.output_version
     dead_letter_version = (
-        delta.latest_version(dead_letter_uri)
-        if dead_letter_uri and delta.table_exists(dead_letter_uri)
+        delta.latest_version(dead_letter_table)
+        if dead_letter_table and delta.table_exists(dead_letter_table)
         else None
     )
     id_columns = tuple(dict.fromkeys([probe_id, *probe_key, *([probe_time] if probe_time else [])]))
@@ -648,33 +650,33 @@ def _pin(
         **dict.fromkeys(probe_key, "probe_key"),
         probe_id: "probe_id",
     }
-    pending_schema = delta.table_schema(pending_uri, version=pending_version)
+    pending_schema = delta.table_schema(pending_table, version=pending_version)
     _require_columns(
         "pending",
-        pending_uri,
+        pending_table,
         pending_schema.fieldNames(),
-        {**settings, _ARRIVED_AT: "pending_uri", _ARRIVAL_BATCH: "pending_uri"},
+        {**settings, _ARRIVED_AT: "pending_table", _ARRIVAL_BATCH: "pending_table"},
     )
     if output_version is not None:
         _require_columns(
             "output",
-            output_uri,
-            delta.table_schema(output_uri, version=output_version).fieldNames(),
+            output_table,
+            delta.table_schema(output_table, version=output_version).fieldNames(),
             {
                 **settings,
-                **dict.fromkeys((_MATCHED, _BUILD_VERSION, _JOIN_MODE, _BATCH_ID), "output_uri"),
+                **dict.fromkeys((_MATCHED, _BUILD_VERSION, _JOIN_MODE, _BATCH_ID), "output_table"),
             },
         )
     return _Pinned(
-        output_uri=output_uri,
+        output_table=output_table,
         output_version=output_version,
-        pending_uri=pending_uri,
+        pending_table=pending_table,
         pending_version=pending_version,
         pending_schema=pending_schema,
         ledger=ledger,
-        build_uri=build_uri,
-        build=_build_marker(build_uri),
-        dead_letter_uri=dead_letter_uri,
+        build_table=build_table,
+        build=_build_marker(build_table),
+        dead_letter_table=dead_letter_table,
         dead_letter_version=dead_letter_version,
         id_columns=id_columns,
     )

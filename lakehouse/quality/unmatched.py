@@ -101,7 +101,7 @@ def explain_rows(
     *,
     output: DataFrame,
     pending: DataFrame,
-    build_uri: str,
+    build_table: str,
     build_key: Sequence[str],
     probe_id: str,
     probe_key: Sequence[str],
@@ -116,7 +116,7 @@ def explain_rows(
     Args:
         output: the output table at the version the report validates.
         pending: the pending table at the version the report validates.
-        build_uri: the build table (missing: every unmatched row's key was never in it).
+        build_table: the build table (missing: every unmatched row's key was never in it).
         build_key: the build table's key columns, paired in order with ``probe_key``.
         probe_id, probe_key, probe_time, probe_time_unit: the join's probe settings.
         last_batch: the last batch's watermarks; None when no batch is recorded (then every
@@ -143,7 +143,7 @@ def explain_rows(
         spark,
         unmatched,
         versions,
-        build_uri=build_uri,
+        build_table=build_table,
         build_key=list(build_key),
         probe_key=list(probe_key),
     )
@@ -211,7 +211,7 @@ def _explain_unmatched(
     rows: DataFrame,
     versions: Sequence[int],
     *,
-    build_uri: str,
+    build_table: str,
     build_key: list[str],
     probe_key: list[str],
 ) -> tuple[DataFrame, list[int]]:
@@ -220,12 +220,12 @@ def _explain_unmatched(
     from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
     builds: dict[int, DataFrame] = {}
-    if versions and build_key and delta.table_exists(build_uri):
+    if versions and build_key and delta.table_exists(build_table):
         for v in sorted(versions, reverse=True):
             if len(builds) == MAX_VERSIONS_READ:
                 break
             try:
-                df = delta.read(spark, build_uri, version=v)
+                df = delta.read(spark, build_table, version=v)
             except (TableNotFoundError, UnsupportedTableError):
                 continue  # vacuumed or unreadable: the next version read explains its rows
             if all(k in df.columns for k in build_key):

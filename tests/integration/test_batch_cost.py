@@ -41,7 +41,7 @@ def rates(spark, tmp_path_factory):
     table = DebeziumTable("public", "rates", key="currency", start_ms=1_000, step_ms=10)
     sink = BuildSink(
         [BuildTarget(uri, key_columns=("currency",))],
-        dead_letter_uri=str(root / "dlq"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="cost-ingest",
     )
     snapshot = table.snapshot([{"currency": c, "rate": "1.0"} for c in CODES])
@@ -60,10 +60,10 @@ def rates(spark, tmp_path_factory):
 def _join(root, uri, mode):
     return TemporalJoin(
         JoinOptions(
-            build_uri=uri,
-            output_uri=str(root / f"out-{mode}"),
-            pending_uri=str(root / f"pending-{mode}"),
-            dead_letter_uri=str(root / f"dlq-{mode}"),
+            build_table=uri,
+            output_table=str(root / f"out-{mode}"),
+            pending_table=str(root / f"pending-{mode}"),
+            dead_letter_table=str(root / f"dlq-{mode}"),
             pipeline_id=f"cost-{mode}",
             probe_schema="id bigint, currency string, ts bigint",
             probe_key=("currency",),

@@ -34,7 +34,7 @@ def _raw(spark, messages, *, partition=0, first_offset=0, topic="cdc"):
 
 def _sink(tmp, **kw):
     target = BuildTarget(str(tmp / "build"), **kw)
-    return BuildSink([target], dead_letter_uri=str(tmp / "dlq"), pipeline_id="ingest-test")
+    return BuildSink([target], dead_letter_table=str(tmp / "dlq"), pipeline_id="ingest-test")
 
 
 def _rates():

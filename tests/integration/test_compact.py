@@ -126,7 +126,7 @@ def _ingested_rates(spark, tmp: Path) -> tuple[BuildSink, DebeziumTable, int]:
     log += [t.insert({"currency": "GBP", "rate": "1.5"})]
     sink = BuildSink(
         [BuildTarget(str(tmp / "rates"), key_columns=("currency",))],
-        dead_letter_uri=str(tmp / "dlq"),
+        dead_letter_table=str(tmp / "dlq"),
         pipeline_id="ingest",
     )
     sink.process(_raw(spark, snap), 0)
@@ -136,10 +136,10 @@ def _ingested_rates(spark, tmp: Path) -> tuple[BuildSink, DebeziumTable, int]:
 
 def _join_orders(spark, tmp: Path, build: str, name: str, times: list[int]):
     opts = JoinOptions(
-        build_uri=build,
-        output_uri=str(tmp / name / "out"),
-        pending_uri=str(tmp / name / "pending"),
-        dead_letter_uri=str(tmp / name / "dlq"),
+        build_table=build,
+        output_table=str(tmp / name / "out"),
+        pending_table=str(tmp / name / "pending"),
+        dead_letter_table=str(tmp / name / "dlq"),
         pipeline_id=name,
         probe_schema="id bigint, currency string, ts bigint",
         probe_key=("currency",),
@@ -155,7 +155,7 @@ def _join_orders(spark, tmp: Path, build: str, name: str, times: list[int]):
     # moves the watermark on (a time from the past: the join dead-letters far-future times)
     probes.append({"id": 10**6, "currency": "EUR", "ts": WALL_CLOCK_MS})
     TemporalJoin(opts, num_buckets=2).process(raw_records(spark, probes), 0)
-    out = delta.read(spark, opts.output_uri).collect()
+    out = delta.read(spark, opts.output_table).collect()
     return [(r.id, r.rate, r._matched, r._build_event_time) for r in out]
 
 
@@ -235,10 +235,10 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
     write_build_table(spark, build, [V("a", 1, "1", "r", 10)], watermark_ms=10**12)
     referenced = delta.latest_version(build)  # the marker commit: what the join pins
     opts = JoinOptions(
-        build_uri=build,
-        output_uri=str(tmp_path / "out"),
-        pending_uri=str(tmp_path / "pending"),
-        dead_letter_uri=str(tmp_path / "dlq"),
+        build_table=build,
+        output_table=str(tmp_path / "out"),
+        pending_table=str(tmp_path / "pending"),
+        dead_letter_table=str(tmp_path / "dlq"),
         pipeline_id="j",
         probe_schema="id bigint, k string, ts bigint",
         probe_key=("k",),
@@ -248,7 +248,9 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
     TemporalJoin(opts, num_buckets=2).process(
         raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 10**12}]), 0
     )
-    assert {r._build_version for r in delta.read(spark, opts.output_uri).collect()} == {referenced}
+    assert {r._build_version for r in delta.read(spark, opts.output_table).collect()} == {
+        referenced
+    }
     expected = delta.read(spark, build, version=referenced).collect()
 
     # later versions nobody joined: an append, a compaction, another append, a compaction
@@ -262,7 +264,7 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
         return {Path(u).name for u in files_at(build, version)}
 
     plain = vacuum_table(None, build, retention_hours=0, dry_run=True)
-    lineage = vacuum_table(spark, build, output_uris=[opts.output_uri], retention_hours=0)
+    lineage = vacuum_table(spark, build, output_uris=[opts.output_table], retention_hours=0)
     assert lineage.dry_run and lineage.kept_versions == (referenced,)
     assert lineage.oldest_referenced == referenced
     gone = {Path(f).name for f in lineage.files}
@@ -273,7 +275,7 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
     assert all((Path(build) / f).exists() for f in lineage.files)  # dry run: still there
 
     applied = vacuum_table(
-        spark, build, output_uris=[opts.output_uri], retention_hours=0, dry_run=False
+        spark, build, output_uris=[opts.output_table], retention_hours=0, dry_run=False
     )
     assert set(applied.files) == set(lineage.files)
     assert not any((Path(build) / f).exists() for f in applied.files)

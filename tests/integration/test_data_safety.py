@@ -168,10 +168,10 @@ def test_probe_time_numbers_are_read_in_their_unit_and_the_far_future_is_dead_le
 ):
     _, s, target, _, _ = _loaded(spark, tmp_path)  # 80 keys, source times from 1.7e12 ms on
     options = JoinOptions(
-        build_uri=target.table_uri,
-        output_uri=str(tmp_path / "out"),
-        pending_uri=str(tmp_path / "pending"),
-        dead_letter_uri=str(tmp_path / "join_dlq"),
+        build_table=target.table_uri,
+        output_table=str(tmp_path / "out"),
+        pending_table=str(tmp_path / "pending"),
+        dead_letter_table=str(tmp_path / "join_dlq"),
         pipeline_id="join",
         probe_schema="id bigint, currency string, ts timestamp",
         probe_key=("currency",),
@@ -210,9 +210,9 @@ def test_probe_time_numbers_are_read_in_their_unit_and_the_far_future_is_dead_le
     ]
     assert sorted(kept) == [(1, 1_700_000_001_000), (2, 1_700_000_001_000), (5, 1_700_000_002_000)]
     state = last_state(
-        output_uri=options.output_uri,
-        pending_uri=options.pending_uri,
-        dead_letter_uri=options.dead_letter_uri,
+        output_table=options.output_table,
+        pending_table=options.pending_table,
+        dead_letter_table=options.dead_letter_table,
         pipeline_id="join",
     )
     assert state.probe_max_ts_ms == 1_700_000_002_000
@@ -303,7 +303,7 @@ def test_records_that_would_break_the_schema_are_dead_lettered_and_the_table_sta
     uri = str(tmp_path / "items")
     sink = BuildSink(
         [BuildTarget(uri, key_columns=("id",))],
-        dead_letter_uri=str(tmp_path / "dlq"),
+        dead_letter_table=str(tmp_path / "dlq"),
         pipeline_id="ingest",
     )
     hostile = {
@@ -356,7 +356,7 @@ def _items_sink(tmp_path, name: str = "items", key: str = "id") -> tuple[BuildSi
     uri = str(tmp_path / name)
     sink = BuildSink(
         [BuildTarget(uri, key_columns=(key,))],
-        dead_letter_uri=str(tmp_path / "dlq"),
+        dead_letter_table=str(tmp_path / "dlq"),
         pipeline_id="ingest",
     )
     return sink, uri

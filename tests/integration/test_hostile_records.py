@@ -83,7 +83,7 @@ def test_hostile_batch_is_fully_accounted_for(spark, tmp_path):
     # decodes goes to one table keyed by whatever key columns the records carry
     sink = BuildSink(
         [BuildTarget(str(tmp_path / "build"), key_columns=("id",))],
-        dead_letter_uri=str(tmp_path / "dlq"),
+        dead_letter_table=str(tmp_path / "dlq"),
         pipeline_id="fuzz",
         max_record_bytes=1_000_000,
     )
@@ -161,7 +161,7 @@ def test_nan_and_infinity_land_in_double_columns_as_themselves(spark, tmp_path):
     )
     sink = BuildSink(
         [BuildTarget(str(tmp_path / "build"), key_columns=("id",))],
-        dead_letter_uri=str(tmp_path / "dlq"),
+        dead_letter_table=str(tmp_path / "dlq"),
         pipeline_id="nan",
     )
     assert sink.process(raw, 0).dead_lettered == 0
@@ -195,7 +195,7 @@ def test_successive_batches_of_mutated_fixtures_are_accounted_for_and_replay_to_
     everything = SnapshotOptions(resnapshot_max_ended=1.0)
     sink = BuildSink(
         [BuildTarget(build, key_columns=("id",), snapshot=everything)],
-        dead_letter_uri=dlq,
+        dead_letter_table=dlq,
         pipeline_id="fuzz",
         max_record_bytes=1_000_000,
     )

@@ -23,10 +23,10 @@ PROBE_SCHEMA = "id bigint, k string, ts bigint"
 
 def _options(tmp, **kw) -> JoinOptions:
     base = dict(
-        build_uri=str(tmp / "build"),
-        output_uri=str(tmp / "out"),
-        pending_uri=str(tmp / "pending"),
-        dead_letter_uri=str(tmp / "dlq"),
+        build_table=str(tmp / "build"),
+        output_table=str(tmp / "out"),
+        pending_table=str(tmp / "pending"),
+        dead_letter_table=str(tmp / "dlq"),
         pipeline_id="join-test",
         probe_schema=PROBE_SCHEMA,
         probe_key=("k",),
@@ -42,13 +42,13 @@ def _probe(spark, rows):
 
 
 def _output(spark, opts):
-    if not delta.table_exists(opts.output_uri):
+    if not delta.table_exists(opts.output_table):
         return []
-    return [(r.id, r.value) for r in delta.read(spark, opts.output_uri).collect()]
+    return [(r.id, r.value) for r in delta.read(spark, opts.output_table).collect()]
 
 
 def _pending_ids(spark, opts):
-    return sorted(r.id for r in delta.read(spark, opts.pending_uri).select("id").collect())
+    return sorted(r.id for r in delta.read(spark, opts.pending_table).select("id").collect())
 
 
 @st.composite
@@ -82,7 +82,7 @@ def test_rowtime_join_matches_reference_across_batches(spark, tmp_path_factory, 
     versions, probes, cuts, ooo, left = case
     tmp = tmp_path_factory.mktemp("j")
     opts = _options(tmp, join_type="left" if left else "inner", out_of_orderness_ms=ooo)
-    write_build_table(spark, opts.build_uri, versions, watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, versions, watermark_ms=10**12)
     op = TemporalJoin(opts, num_buckets=2)
     bounds = [0, *cuts, len(probes)]
     for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
@@ -106,20 +106,20 @@ def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_referen
     versions, probes, cuts, ooo, left = case
     tmp = tmp_path_factory.mktemp("end")
     opts = _options(tmp, join_type="left" if left else "inner", out_of_orderness_ms=ooo)
-    write_build_table(spark, opts.build_uri, versions, watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, versions, watermark_ms=10**12)
     sent = [p for p in probes if p.key is not None]
     bounds = [0, *cuts, len(probes)]
     for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         batch = [p for p in probes[lo:hi] if p.key is not None]
         TemporalJoin(opts, num_buckets=2).process(_probe(spark, batch), batch_id)
     # the run that ends the input: no new probe row (the tick batch of an available-now run)
-    ended = TemporalJoin(replace(opts, end_of_input=True), num_buckets=2)
+    ended = TemporalJoin(replace(opts, until_complete=True), num_buckets=2)
     report = ended.process(_probe(spark, []), len(bounds) - 1)
     expected, pending = rowtime_join(sent, versions, watermark=2**63 - 1, left=left)
     assert pending == [] and _pending_ids(spark, opts) == []
     assert_rows_equal(_output(spark, opts), expected)
     final_wm = max(p.time for p in sent) - ooo - 1 if sent else -(2**63)
-    by = {r.id: r._released_by for r in delta.read(spark, opts.output_uri).collect()}
+    by = {r.id: r._released_by for r in delta.read(spark, opts.output_table).collect()}
     assert by == {
         i: "watermark" if next(p.time for p in sent if p.id == i) <= final_wm else "end_of_input"
         for i, _ in expected
@@ -127,9 +127,9 @@ def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_referen
     if report.plan is not None and report.plan.final is not None:
         # the next run continues from the watermark the batches made, not from the end
         state = last_state(
-            output_uri=opts.output_uri,
-            pending_uri=opts.pending_uri,
-            dead_letter_uri=opts.dead_letter_uri,
+            output_table=opts.output_table,
+            pending_table=opts.pending_table,
+            dead_letter_table=opts.dead_letter_table,
             pipeline_id=opts.pipeline_id,
         )
         assert state is not None and state.combined == report.plan.combined
@@ -141,10 +141,10 @@ def test_the_end_of_input_waits_for_the_build_watermark_unless_the_build_side_is
     # the build table is still being written: its watermark (9) says nothing about later
     # times, so the end of input releases rows up to 9 only; a backfill against a finished
     # dimension says so (build_complete) and gets everything
-    opts = _options(tmp_path, join_type="left", end_of_input=True)
+    opts = _options(tmp_path, join_type="left", until_complete=True)
     write_build_table(
         spark,
-        opts.build_uri,
+        opts.build_table,
         [Version("a", 1, "1", "r", 10), Version("a", 20, "2", "u", 11)],
         watermark_ms=9,
     )
@@ -157,7 +157,7 @@ def test_the_end_of_input_waits_for_the_build_watermark_unless_the_build_side_is
     assert (report.released, report.pending) == (2, 0)
     assert_rows_equal(_output(spark, opts), [(1, 10), (2, 11), (3, 11)])
     out = {
-        r.id: (r._released_by, r._watermark) for r in delta.read(spark, opts.output_uri).collect()
+        r.id: (r._released_by, r._watermark) for r in delta.read(spark, opts.output_table).collect()
     }
     assert out[2] == ("end_of_input", None) and out[1][0] == "watermark"
 
@@ -167,32 +167,36 @@ def test_processing_time_waits_for_snapshot_then_joins_latest(spark, tmp_path):
     # against a half-loaded dimension; they wait, then all join the latest version
     opts = _options(tmp_path, mode="proctime", watermark="none", probe_time=None)
     half = [Version("a", 1, "1", "r", 10)]
-    write_build_table(spark, opts.build_uri, half, complete=False)
+    write_build_table(spark, opts.build_table, half, complete=False)
     op = TemporalJoin(opts)
     report = op.process(_probe(spark, [ProbeRow(1, "a", 5), ProbeRow(2, "b", 6)]), 0)
     assert (report.released, report.pending) == (0, 2)
     assert _output(spark, opts) == []
     # the rest of the snapshot arrives, still no marker: still nothing
     write_build_table(
-        spark, opts.build_uri, [Version("b", 2, "2", "r", 20)], complete=False, batch_id=1
+        spark, opts.build_table, [Version("b", 2, "2", "r", 20)], complete=False, batch_id=1
     )
     assert op.process(_probe(spark, [ProbeRow(3, "a", 7)]), 1).released == 0
     # a log-phase update then the marker: everything joins the latest version
     write_build_table(
-        spark, opts.build_uri, [Version("a", 3, "3", "u", 11)], complete=True, batch_id=2
+        spark, opts.build_table, [Version("a", 3, "3", "u", 11)], complete=True, batch_id=2
     )
     report = op.process(_probe(spark, [ProbeRow(4, "b", 8)]), 2)
     assert (report.released, report.matched, report.pending) == (4, 4, 0)
     assert_rows_equal(_output(spark, opts), [(1, 11), (2, 20), (3, 11), (4, 20)])
-    completed = int(delta.get_properties(opts.build_uri)["lakehouse.snapshot.completedVersion"])
-    versions = {r._build_version for r in delta.read(spark, opts.output_uri).collect()}
+    completed = int(delta.get_properties(opts.build_table)["lakehouse.snapshot.completedVersion"])
+    versions = {r._build_version for r in delta.read(spark, opts.output_table).collect()}
     assert min(versions) >= completed
 
 
 def test_rowtime_holds_everything_before_snapshot_marker(spark, tmp_path):
     opts = _options(tmp_path)
     write_build_table(
-        spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], complete=False, watermark_ms=10**12
+        spark,
+        opts.build_table,
+        [Version("a", 1, "1", "r", 10)],
+        complete=False,
+        watermark_ms=10**12,
     )
     report = TemporalJoin(opts).process(
         _probe(spark, [ProbeRow(1, "a", 5), ProbeRow(2, "a", 50)]), 0
@@ -202,15 +206,15 @@ def test_rowtime_holds_everything_before_snapshot_marker(spark, tmp_path):
 
 def test_replayed_batch_is_a_no_op(spark, tmp_path):
     opts = _options(tmp_path, join_type="left")
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
     op = TemporalJoin(opts)
     rows = [ProbeRow(1, "a", 5), ProbeRow(2, "a", 9), ProbeRow(3, "a", 100)]
     op.process(_probe(spark, rows), 0)
-    versions = (delta.latest_version(opts.output_uri), delta.latest_version(opts.pending_uri))
+    versions = (delta.latest_version(opts.output_table), delta.latest_version(opts.pending_table))
     assert op.process(_probe(spark, rows), 0).skipped
     assert (
-        delta.latest_version(opts.output_uri),
-        delta.latest_version(opts.pending_uri),
+        delta.latest_version(opts.output_table),
+        delta.latest_version(opts.pending_table),
     ) == versions
     # probe watermark is 100 - 0 - 1 = 99: rows at 5 and 9 were released, 100 waits
     assert_rows_equal(_output(spark, opts), [(1, 10), (2, 10)])
@@ -219,7 +223,7 @@ def test_replayed_batch_is_a_no_op(spark, tmp_path):
 
 def test_crash_between_output_and_pending_replays_with_recorded_plan(spark, tmp_path, monkeypatch):
     opts = _options(tmp_path, join_type="left")
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
     rows = [ProbeRow(1, "a", 5), ProbeRow(2, "a", 8), ProbeRow(3, "a", 100)]
     clock = ManualClock(1_000_000)
     op = TemporalJoin(opts, clock=clock)
@@ -237,7 +241,7 @@ def test_crash_between_output_and_pending_replays_with_recorded_plan(spark, tmp_
     monkeypatch.setattr(operator_module.delta, "overwrite", real_overwrite)
     # the build table moves on and the clock too: the replay must still decide as before
     write_build_table(
-        spark, opts.build_uri, [Version("a", 2, "2", "u", 11)], batch_id=1, watermark_ms=10**12
+        spark, opts.build_table, [Version("a", 2, "2", "u", 11)], batch_id=1, watermark_ms=10**12
     )
     clock.advance(60_000)
     report = op.process(_probe(spark, rows), 0)
@@ -251,7 +255,7 @@ def test_crash_between_output_and_pending_replays_with_recorded_plan(spark, tmp_
 @pytest.mark.parametrize("policy", ["join", "dead-letter"])
 def test_late_rows_are_joined_or_dead_lettered_by_policy(spark, tmp_path, policy):
     opts = _options(tmp_path, join_type="left", late_policy=policy)
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
     op = TemporalJoin(opts)
     op.process(_probe(spark, [ProbeRow(1, "a", 50)]), 0)  # watermark 49
     # row 2 arrives with time 20 <= 49: late. Row 3 at 60 is on time; the watermark moves to
@@ -263,7 +267,7 @@ def test_late_rows_are_joined_or_dead_lettered_by_policy(spark, tmp_path, policy
     else:
         assert (report.late, report.dead_lettered) == (1, 1)
         assert_rows_equal(_output(spark, opts), [(1, 10)])
-        dead = delta.read(spark, opts.dead_letter_uri).collect()
+        dead = delta.read(spark, opts.dead_letter_table).collect()
         assert [(r._error_kind, r._offset) for r in dead] == [("late", 0)]
         assert b'"id": 2' in dead[0]._raw_value
     assert _pending_ids(spark, opts) == [3]
@@ -281,32 +285,32 @@ def test_pending_rows_expire_after_ttl(spark, tmp_path, policy):
         pending_ttl_ms=60_000,
         expiry_policy=policy,
     )
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], complete=False)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], complete=False)
     clock = ManualClock(1_000_000)
     op = TemporalJoin(opts, clock=clock)
     op.process(_probe(spark, [ProbeRow(1, "a", 5)]), 0)
     clock.advance(30_000)
     assert op.process(_probe(spark, [ProbeRow(2, "a", 6)]), 1).expired == 0  # 30 s: waits
     # triggers while the TTLs run and nothing moves commit nothing: no version per tick
-    before = delta.latest_version(opts.pending_uri)
+    before = delta.latest_version(opts.pending_table)
     for batch in (2, 3):
         clock.advance(10_000)
         assert op.process(_probe(spark, []), batch).pending == 2
-    assert delta.latest_version(opts.pending_uri) == before
-    assert not delta.table_exists(opts.output_uri)
+    assert delta.latest_version(opts.pending_table) == before
+    assert not delta.table_exists(opts.output_table)
     clock.advance(10_000)
     report = op.process(_probe(spark, []), 4)  # row 1 has waited 60 s, row 2 only 30 s
     assert report.expired == 1
     assert _pending_ids(spark, opts) == [2]
     if policy == "release":
         # released by its TTL, it is joined all the same: the best answer the table holds
-        rows = delta.read(spark, opts.output_uri).collect()
+        rows = delta.read(spark, opts.output_table).collect()
         assert [(r.id, r._matched, r.value, r._released_by) for r in rows] == [
             (1, True, 10, "expiry")
         ]
     else:
         assert _output(spark, opts) == []
-        assert [r._error_kind for r in delta.read(spark, opts.dead_letter_uri).collect()] == [
+        assert [r._error_kind for r in delta.read(spark, opts.dead_letter_table).collect()] == [
             "expired"
         ]
 
@@ -321,18 +325,18 @@ def test_an_expiring_row_is_joined_as_of_its_time_and_the_watermark_wins_over_ex
     opts = _options(tmp_path, join_type="inner", pending_ttl_ms=60_000)
     write_build_table(
         spark,
-        opts.build_uri,
+        opts.build_table,
         [Version("a", 1, "1", "r", 10), Version("a", 20, "2", "u", 11)],
         watermark_ms=9,
     )
     clock = ManualClock(1_000_000)
     op = TemporalJoin(opts, clock=clock)
     assert op.process(_probe(spark, [ProbeRow(1, "a", 15), ProbeRow(2, "a", 40)]), 0).pending == 2
-    write_build_table(spark, opts.build_uri, [], watermark_ms=30, batch_id=1)
+    write_build_table(spark, opts.build_table, [], watermark_ms=30, batch_id=1)
     clock.advance(60_000)
     report = op.process(_probe(spark, []), 1)
     assert (report.released, report.expired, report.pending) == (2, 1, 0)
-    rows = delta.read(spark, opts.output_uri).collect()
+    rows = delta.read(spark, opts.output_table).collect()
     assert sorted((r.id, r.value, r._matched, r._released_by) for r in rows) == [
         (1, 10, True, "watermark"),
         (2, 11, True, "expiry"),
@@ -342,9 +346,9 @@ def test_an_expiring_row_is_joined_as_of_its_time_and_the_watermark_wins_over_ex
 def test_idle_build_table_stops_holding_back_the_watermark(spark, tmp_path):
     # the build watermark is stuck at 9 (no new changes); the probe is at 99
     opts = _options(tmp_path, build_idle_timeout_ms=60_000)
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=9)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=9)
 
-    last_commit = delta.history(opts.build_uri, limit=1)[0].timestamp_ms
+    last_commit = delta.history(opts.build_table, limit=1)[0].timestamp_ms
     clock = ManualClock(last_commit + 1_000)
     op = TemporalJoin(opts, clock=clock)
     report = op.process(
@@ -360,7 +364,7 @@ def test_idle_build_table_stops_holding_back_the_watermark(spark, tmp_path):
 
 def test_malformed_probe_records_are_dead_lettered_and_batch_goes_on(spark, tmp_path):
     opts = _options(tmp_path, join_type="left")
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=10**12)
     raw = raw_records(
         spark,
         [
@@ -375,7 +379,7 @@ def test_malformed_probe_records_are_dead_lettered_and_batch_goes_on(spark, tmp_
     assert (report.arrived, report.dead_lettered) == (2, 3)
     dead = {
         r._offset: (r._error_kind, r._error)
-        for r in delta.read(spark, opts.dead_letter_uri).collect()
+        for r in delta.read(spark, opts.dead_letter_table).collect()
     }
     assert dead[1][0] == "malformed_json"
     assert dead[2] == ("missing_field", "required column 'k' is missing or NULL")
@@ -395,4 +399,4 @@ def test_options_are_validated_before_any_spark_work(tmp_path):
     with pytest.raises(ConfigError, match="'mode': must be 'rowtime' or 'proctime'"):
         _options(tmp_path, mode="eventtime")
     with pytest.raises(ConfigError, match="four different locations"):
-        _options(tmp_path, pending_uri=str(tmp_path / "out"))
+        _options(tmp_path, pending_table=str(tmp_path / "out"))

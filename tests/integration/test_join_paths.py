@@ -193,10 +193,10 @@ def test_unreadable_file_uri_is_refused_before_any_spark_work():
 
 def _options(tmp, **kw) -> JoinOptions:
     return JoinOptions(
-        build_uri=str(tmp / "build"),
-        output_uri=str(tmp / "out"),
-        pending_uri=str(tmp / "pending"),
-        dead_letter_uri=str(tmp / "dlq"),
+        build_table=str(tmp / "build"),
+        output_table=str(tmp / "out"),
+        pending_table=str(tmp / "pending"),
+        dead_letter_table=str(tmp / "dlq"),
         pipeline_id="paths-test",
         probe_schema="id bigint, k string, ts bigint",
         probe_key=("k",),
@@ -233,11 +233,11 @@ def test_second_batch_at_a_later_build_version_joins_the_new_versions(spark, tmp
     if path == "shuffle":
         spark.conf.set(NARROW_MAX_BUILD_ROWS_CONF, "0")
     try:
-        write_build_table(spark, opts.build_uri, v1, watermark_ms=10**12)
+        write_build_table(spark, opts.build_table, v1, watermark_ms=10**12)
         op = TemporalJoin(opts, num_buckets=2)
         batch = [*probes, pusher]
         op.process(raw_records(spark, [{"id": p.id, "k": p.key, "ts": p.time} for p in batch]), 0)
-        write_build_table(spark, opts.build_uri, v2, watermark_ms=10**12, batch_id=1)
+        write_build_table(spark, opts.build_table, v2, watermark_ms=10**12, batch_id=1)
         later = [ProbeRow(p.id + 100, p.key, p.time) for p in probes]
         op.process(raw_records(spark, [{"id": p.id, "k": p.key, "ts": p.time} for p in later]), 1)
     finally:
@@ -247,6 +247,6 @@ def test_second_batch_at_a_later_build_version_joins_the_new_versions(spark, tmp
         return [(p.id, (v.value if (v := as_of(versions, p.key, p.time)) else None)) for p in rows]
 
     expected = joined(probes, v1) + joined(later, v1 + v2)
-    out = [(r.id, r.value) for r in delta.read(spark, opts.output_uri).collect() if r.id != 999]
+    out = [(r.id, r.value) for r in delta.read(spark, opts.output_table).collect() if r.id != 999]
     assert_rows_equal(out, expected)
     assert joined(later, v1 + v2) != joined(later, v1)  # the second version matters

@@ -34,10 +34,10 @@ PROBE_SCHEMA = "id bigint, k string, ts bigint"
 
 def _options(tmp: Path, **kw) -> JoinOptions:
     base = dict(
-        build_uri=str(tmp / "build"),
-        output_uri=str(tmp / "out"),
-        pending_uri=str(tmp / "pending"),
-        dead_letter_uri=str(tmp / "dlq"),
+        build_table=str(tmp / "build"),
+        output_table=str(tmp / "out"),
+        pending_table=str(tmp / "pending"),
+        dead_letter_table=str(tmp / "dlq"),
         pipeline_id="bound-test",
         probe_schema=PROBE_SCHEMA,
         probe_key=("k",),
@@ -54,17 +54,17 @@ def _probe(spark, rows: list[tuple[int, int]]):
 
 
 def _pending_ids(spark, opts) -> list[int]:
-    return sorted(r.id for r in delta.read(spark, opts.pending_uri).select("id").collect())
+    return sorted(r.id for r in delta.read(spark, opts.pending_table).select("id").collect())
 
 
 def _dead(spark, opts) -> list[tuple[int, str, int]]:
-    rows = delta.read(spark, opts.dead_letter_uri).collect()
+    rows = delta.read(spark, opts.dead_letter_table).collect()
     return sorted((json.loads(r._raw_value)["id"], r._error_kind, r._batch_id) for r in rows)
 
 
 def _held_back_build(spark, opts) -> None:
     # the snapshot is complete but the build watermark stays at 9: nothing after 9 releases
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 10)], watermark_ms=9)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 10)], watermark_ms=9)
 
 
 def test_rows_over_the_bound_go_to_the_dead_letter_table_oldest_first(spark, tmp_path, capsys):
@@ -89,22 +89,22 @@ def test_rows_over_the_bound_go_to_the_dead_letter_table_oldest_first(spark, tmp
         (2, "pending_bound_rows", 1),
         (5, "pending_bound_rows", 1),
     ]
-    reason = delta.read(spark, opts.dead_letter_uri).first()._error
+    reason = delta.read(spark, opts.dead_letter_table).first()._error
     assert "pending_max_rows = 3" in reason and "replay" in reason
 
     # the alert is in the metadata of both commits the batch made (it released nothing, so
     # it did not write the output table) and in `lakehouse status` on the pending table
-    pending_meta = delta.history(opts.pending_uri, limit=1)[0].metadata
+    pending_meta = delta.history(opts.pending_table, limit=1)[0].metadata
     assert pending_meta["lakehouse.evicted"] == "2"
     assert "pending_max_rows = 3" in pending_meta["lakehouse.pendingBoundAlert"]
     assert json.loads(pending_meta["lakehouse.state"])["evictedTotal"] == 3
-    assert not delta.table_exists(opts.output_uri)
-    dead_meta = delta.history(opts.dead_letter_uri, limit=1)[0].metadata
+    assert not delta.table_exists(opts.output_table)
+    dead_meta = delta.history(opts.dead_letter_table, limit=1)[0].metadata
     assert "pending_max_rows = 3" in dead_meta["lakehouse.pendingBoundAlert"]
     from lakehouse.cli import main
 
     with pytest.raises(SystemExit) as exited:
-        main(["status", opts.pending_uri])
+        main(["status", opts.pending_table])
     assert exited.value.code == 0
     shown = capsys.readouterr().out
     assert "ALERT" in shown and "pending bound hit" in shown
@@ -116,11 +116,11 @@ def test_rows_over_the_bound_go_to_the_dead_letter_table_oldest_first(spark, tmp
 
     # the build side moves on: what stayed within the bound joins; nothing was lost
     write_build_table(
-        spark, opts.build_uri, [Version("a", 2, "2", "u", 11)], batch_id=1, watermark_ms=10**12
+        spark, opts.build_table, [Version("a", 2, "2", "u", 11)], batch_id=1, watermark_ms=10**12
     )
     report = op.process(_probe(spark, [(7, 70)]), 2)
     assert (report.evicted, report.bound_alert) == (0, None)
-    out = sorted(r.id for r in delta.read(spark, opts.output_uri).collect())
+    out = sorted(r.id for r in delta.read(spark, opts.output_table).collect())
     assert out == [3, 4, 6]
     assert _pending_ids(spark, opts) == [7]  # ts 70 waits for the probe watermark (69)
 
@@ -148,13 +148,13 @@ def test_fail_policy_stops_the_join_before_it_writes_anything(spark, tmp_path):
     _held_back_build(spark, opts)
     op = TemporalJoin(opts, num_buckets=2)
     op.process(_probe(spark, [(1, 20), (2, 30)]), 0)  # within the bound
-    pending_version = delta.latest_version(opts.pending_uri)
+    pending_version = delta.latest_version(opts.pending_table)
     with pytest.raises(PendingBoundError, match="pending_max_rows = 3") as failed:
         op.process(_probe(spark, [(3, 40), (4, 50)]), 1)
     assert failed.value.setting == "join.pending_max_rows"
     assert "on_pending_bound = 'fail'" in str(failed.value)
-    assert delta.latest_version(opts.pending_uri) == pending_version
-    assert not delta.table_exists(opts.dead_letter_uri)
+    assert delta.latest_version(opts.pending_table) == pending_version
+    assert not delta.table_exists(opts.dead_letter_table)
     assert _pending_ids(spark, opts) == [1, 2]
 
 

@@ -32,10 +32,10 @@ MINUTE = 60_000
 
 def _options(root: Path, **kw) -> JoinOptions:
     base = dict(
-        build_uri=str(root / "build"),
-        output_uri=str(root / "out"),
-        pending_uri=str(root / "pending"),
-        dead_letter_uri=str(root / "dlq"),
+        build_table=str(root / "build"),
+        output_table=str(root / "out"),
+        pending_table=str(root / "pending"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="quality-test",
         probe_schema=PROBE_SCHEMA,
         probe_key=("k",),
@@ -56,10 +56,10 @@ def _probe(spark, rows, first_offset=0):
 
 def _report(spark, opts: JoinOptions, report_dir: Path, **kw) -> QualityReport:
     args = dict(
-        output_uri=opts.output_uri,
-        pending_uri=opts.pending_uri,
-        build_uri=opts.build_uri,
-        dead_letter_uri=opts.dead_letter_uri,
+        output_table=opts.output_table,
+        pending_table=opts.pending_table,
+        build_table=opts.build_table,
+        dead_letter_table=opts.dead_letter_table,
         probe_id="id",
         probe_key=("k",),
         probe_time=opts.probe_time,
@@ -99,7 +99,7 @@ def rowtime(spark, tmp_path_factory) -> JoinOptions:
     opts = _options(root)
     write_build_table(
         spark,
-        opts.build_uri,
+        opts.build_table,
         [Version("a", 1, "1", "r", 10), Version("b", 1, "2", "r", 20)],
         watermark_ms=10**12,
     )
@@ -199,15 +199,18 @@ def test_summary_records_observed_values_and_versions(healthy, rowtime):
         "last": str(Watermark(199)),
     }
     assert summary["tables"] == {
-        "output": {"uri": rowtime.output_uri, "version": delta.latest_version(rowtime.output_uri)},
-        "pending": {
-            "uri": rowtime.pending_uri,
-            "version": delta.latest_version(rowtime.pending_uri),
+        "output": {
+            "uri": rowtime.output_table,
+            "version": delta.latest_version(rowtime.output_table),
         },
-        "build": {"uri": rowtime.build_uri, "version": delta.latest_version(rowtime.build_uri)},
+        "pending": {
+            "uri": rowtime.pending_table,
+            "version": delta.latest_version(rowtime.pending_table),
+        },
+        "build": {"uri": rowtime.build_table, "version": delta.latest_version(rowtime.build_table)},
         "dead_letter": {
-            "uri": rowtime.dead_letter_uri,
-            "version": delta.latest_version(rowtime.dead_letter_uri),
+            "uri": rowtime.dead_letter_table,
+            "version": delta.latest_version(rowtime.dead_letter_table),
         },
     }
     assert summary["run"]["duration_s"] > 0
@@ -250,22 +253,22 @@ def defective(spark, rowtime, healthy, report_dir, tmp_path_factory) -> Run:
     At the report time T0 + 12 min, id 5 (arrived T0 + 1 min) has waited 11 minutes.
     """
     root = tmp_path_factory.mktemp("quality-defective")
-    opts = _copy_tables(Path(rowtime.output_uri).parent, root)
-    out = delta.read(spark, opts.output_uri)
-    delta.append(out.filter("_batch_id = 1"), opts.output_uri, metadata={"lakehouse.batchId": 1})
-    completed = int(delta.get_properties(opts.build_uri)["lakehouse.snapshot.completedVersion"])
+    opts = _copy_tables(Path(rowtime.output_table).parent, root)
+    out = delta.read(spark, opts.output_table)
+    delta.append(out.filter("_batch_id = 1"), opts.output_table, metadata={"lakehouse.batchId": 1})
+    completed = int(delta.get_properties(opts.build_table)["lakehouse.snapshot.completedVersion"])
     early = (
         out.filter("id = 1")
         .withColumn("id", F.lit(100).cast("bigint"))
         .withColumn("_join_mode", F.lit("proctime"))
         .withColumn("_build_version", F.lit(completed - 1).cast("bigint"))
     )
-    delta.append(early, opts.output_uri, metadata={"lakehouse.batchId": 1})
-    plan = json.loads(delta.history(opts.pending_uri, limit=1)[0].metadata["lakehouse.plan"])
+    delta.append(early, opts.output_table, metadata={"lakehouse.batchId": 1})
+    plan = json.loads(delta.history(opts.pending_table, limit=1)[0].metadata["lakehouse.plan"])
     plan.update(batchId=2, previous=plan["combined"], combined=Watermark(50).to_dict())
     delta.overwrite(
-        delta.read(spark, opts.pending_uri),
-        opts.pending_uri,
+        delta.read(spark, opts.pending_table),
+        opts.pending_table,
         metadata={
             "lakehouse.batchId": 2,
             "lakehouse.pipeline": opts.pipeline_id,
@@ -305,7 +308,9 @@ def test_lost_row_fails_accounting_with_the_numbers(defective):
 
 def test_row_joined_before_the_snapshot_fails_proctime_check(defective, rowtime):
     proc = defective.report.check("proctime_build_version")
-    completed = int(delta.get_properties(rowtime.build_uri)["lakehouse.snapshot.completedVersion"])
+    completed = int(
+        delta.get_properties(rowtime.build_table)["lakehouse.snapshot.completedVersion"]
+    )
     assert proc.status == "failed"
     assert (proc.observed["proctime_rows"], proc.observed["joined_before_snapshot"]) == (1, 1)
     assert [(r["id"], r["k"], r["ts"], r["_build_version"]) for r in proc.failing_rows] == [
@@ -357,7 +362,7 @@ def proctime(spark, tmp_path_factory) -> JoinOptions:
     root = tmp_path_factory.mktemp("quality-proctime")
     opts = _options(root, mode="proctime", watermark="none", probe_time=None, join_type="left")
     write_build_table(
-        spark, opts.build_uri, [Version("a", 1, "1", "r", 10), Version("b", 2, "2", "r", 20)]
+        spark, opts.build_table, [Version("a", 1, "1", "r", 10), Version("b", 2, "2", "r", 20)]
     )
     TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
         _probe(spark, [(1, "a", 5), (2, "a", 6), (3, "b", 7), (4, "z", 8)]), 0
@@ -368,7 +373,9 @@ def proctime(spark, tmp_path_factory) -> JoinOptions:
 def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_path):
     report = _report(spark, proctime, tmp_path, probe_time=None)
     proc = report.check("proctime_build_version")
-    completed = int(delta.get_properties(proctime.build_uri)["lakehouse.snapshot.completedVersion"])
+    completed = int(
+        delta.get_properties(proctime.build_table)["lakehouse.snapshot.completedVersion"]
+    )
     assert proc.status == "passed"
     assert (proc.observed["proctime_rows"], proc.observed["completed_version"]) == (4, completed)
     assert proc.message == (
@@ -389,7 +396,7 @@ def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_pat
 def test_processing_time_rows_without_a_marker_fail(spark, proctime, tmp_path):
     # runs after the passing case: the marker is taken back, so no processing-time row may
     # exist at all
-    delta.set_properties(proctime.build_uri, {"lakehouse.snapshot.complete": "false"})
+    delta.set_properties(proctime.build_table, {"lakehouse.snapshot.complete": "false"})
     report = _report(spark, proctime, tmp_path, probe_time=None, max_pending_age_ms=None)
     proc = report.check("proctime_build_version")
     assert proc.status == "failed"
@@ -417,9 +424,9 @@ def _quality_command(cwd: Path, opts: JoinOptions, *args: str) -> subprocess.Com
         'conf = { "spark.sql.shuffle.partitions" = "1", "spark.ui.enabled" = "false" }\n'
         f'[join]\npipeline_id = "{opts.pipeline_id}"\nsource = "files"\npath = "{cwd}/probe"\n'
         f'checkpoint = "{cwd}/checkpoint"\nprobe_schema = "{PROBE_SCHEMA}"\nprobe_key = ["k"]\n'
-        f'probe_time = "ts"\nprobe_id = "id"\nbuild_table = "{opts.build_uri}"\n'
-        f'output_table = "{opts.output_uri}"\npending_table = "{opts.pending_uri}"\n'
-        f'dead_letter_table = "{opts.dead_letter_uri}"\n'
+        f'probe_time = "ts"\nprobe_id = "id"\nbuild_table = "{opts.build_table}"\n'
+        f'output_table = "{opts.output_table}"\npending_table = "{opts.pending_table}"\n'
+        f'dead_letter_table = "{opts.dead_letter_table}"\n'
     )
     return lakehouse_command("quality", "-c", str(cfg), *args, cwd=cwd, columns=200)
 
@@ -431,7 +438,7 @@ def test_the_quality_command_exits_1_on_a_failed_check_0_on_success_2_on_misuse(
     # healthy tables, the documented relative --report-dir: exit 0, the report where asked
     healthy = tmp_path / "healthy"
     healthy.mkdir()
-    opts = _copy_tables(Path(rowtime.output_uri).parent, healthy)
+    opts = _copy_tables(Path(rowtime.output_table).parent, healthy)
     ok = _quality_command(healthy, opts, "--report-dir", "quality-report")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert (healthy / "quality-report" / "summary.json").exists()
@@ -439,9 +446,9 @@ def test_the_quality_command_exits_1_on_a_failed_check_0_on_success_2_on_misuse(
     # a batch written twice (a replay that skipped the idempotence check): a failed check
     broken = tmp_path / "broken"
     broken.mkdir()
-    opts = _copy_tables(Path(rowtime.output_uri).parent, broken)
-    out = delta.read(spark, opts.output_uri)
-    delta.append(out.filter("_batch_id = 1"), opts.output_uri, metadata={"lakehouse.batchId": 1})
+    opts = _copy_tables(Path(rowtime.output_table).parent, broken)
+    out = delta.read(spark, opts.output_table)
+    delta.append(out.filter("_batch_id = 1"), opts.output_table, metadata={"lakehouse.batchId": 1})
     failed = _quality_command(broken, opts, "--report-dir", "quality-report")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     summary = json.loads((broken / "quality-report" / "summary.json").read_text())

@@ -148,9 +148,9 @@ def test_accounting_after_log_cleanup_starts_from_the_oldest_batch():
 
 def _args(tmp_path, **kw):
     base = dict(
-        output_uri=str(tmp_path / "out"),
-        pending_uri=str(tmp_path / "pending"),
-        build_uri=str(tmp_path / "build"),
+        output_table=str(tmp_path / "out"),
+        pending_table=str(tmp_path / "pending"),
+        build_table=str(tmp_path / "build"),
         probe_id="id",
         probe_key=("k",),
         probe_time="ts",

@@ -34,10 +34,10 @@ def join(spark, tmp_path_factory) -> JoinOptions:
     """
     root = tmp_path_factory.mktemp("unmatched")
     opts = JoinOptions(
-        build_uri=str(root / "build"),
-        output_uri=str(root / "out"),
-        pending_uri=str(root / "pending"),
-        dead_letter_uri=str(root / "dlq"),
+        build_table=str(root / "build"),
+        output_table=str(root / "out"),
+        pending_table=str(root / "pending"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="unmatched-test",
         probe_schema=PROBE_SCHEMA,
         probe_key=("k",),
@@ -48,7 +48,7 @@ def join(spark, tmp_path_factory) -> JoinOptions:
     )
     write_build_table(
         spark,
-        opts.build_uri,
+        opts.build_table,
         [
             Version("a", 10, "1", "r", 1),
             Version("c", 100, "2", "c", 3),
@@ -64,7 +64,7 @@ def join(spark, tmp_path_factory) -> JoinOptions:
     TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
         raw_records(spark, [{"id": i, "k": k, "ts": t} for i, k, t in rows]), 0
     )
-    write_build_table(spark, opts.build_uri, [Version("z", 0, "7", "r", 9)], batch_id=1)
+    write_build_table(spark, opts.build_table, [Version("z", 0, "7", "r", 9)], batch_id=1)
     return opts
 
 
@@ -72,10 +72,10 @@ def join(spark, tmp_path_factory) -> JoinOptions:
 def report(spark, join, tmp_path_factory) -> QualityReport:
     return run_quality_report(
         spark,
-        output_uri=join.output_uri,
-        pending_uri=join.pending_uri,
-        build_uri=join.build_uri,
-        dead_letter_uri=join.dead_letter_uri,
+        output_table=join.output_table,
+        pending_table=join.pending_table,
+        build_table=join.build_table,
+        dead_letter_table=join.dead_letter_table,
         probe_id="id",
         probe_key=("k",),
         probe_time="ts",
@@ -99,7 +99,7 @@ def test_every_unmatched_and_pending_row_has_its_reason(spark, report, join):
     rows = {r["id"]: r for r in table.collect()}
     # explained at the version the join read, not the newer one where z has a version
     joined_at = rows[2]["_build_version"]
-    assert joined_at < delta.latest_version(join.build_uri)
+    assert joined_at < delta.latest_version(join.build_table)
     assert rows[2]["_explained_at_version"] == joined_at
     assert rows[4]["_detail"] == (
         "the key was deleted at 1970-01-01T00:00:00.030Z (t/0@3), before the row's time "
@@ -150,9 +150,9 @@ def test_the_table_is_queryable_with_lakehouse_sql(report, join, tmp_path):
     cfg.write_text(
         f'[join]\npipeline_id = "x"\nsource = "files"\npath = "{tmp_path}/probe"\n'
         f'checkpoint = "{tmp_path}/cp"\nprobe_schema = "{PROBE_SCHEMA}"\nprobe_key = ["k"]\n'
-        f'probe_time = "ts"\nprobe_id = "id"\nbuild_table = "{join.build_uri}"\n'
-        f'output_table = "{join.output_uri}"\npending_table = "{join.pending_uri}"\n'
-        f'dead_letter_table = "{join.dead_letter_uri}"\n'
+        f'probe_time = "ts"\nprobe_id = "id"\nbuild_table = "{join.build_table}"\n'
+        f'output_table = "{join.output_table}"\npending_table = "{join.pending_table}"\n'
+        f'dead_letter_table = "{join.dead_letter_table}"\n'
         f'[quality]\nreport_dir = "{report.report_dir}"\n'
     )
     done = lakehouse_command(
@@ -171,26 +171,26 @@ def test_the_table_is_queryable_with_lakehouse_sql(report, join, tmp_path):
 def test_a_report_without_unmatched_rows_writes_an_empty_table(spark, tmp_path):
     root = tmp_path
     opts = JoinOptions(
-        build_uri=str(root / "build"),
-        output_uri=str(root / "out"),
-        pending_uri=str(root / "pending"),
-        dead_letter_uri=str(root / "dlq"),
+        build_table=str(root / "build"),
+        output_table=str(root / "out"),
+        pending_table=str(root / "pending"),
+        dead_letter_table=str(root / "dlq"),
         pipeline_id="all-matched",
-        end_of_input=True,  # releases the newest row too: nothing is left pending
+        until_complete=True,  # releases the newest row too: nothing is left pending
         probe_schema=PROBE_SCHEMA,
         probe_key=("k",),
         probe_time="ts",
         probe_id="id",
     )
-    write_build_table(spark, opts.build_uri, [Version("a", 1, "1", "r", 1)], watermark_ms=10**12)
+    write_build_table(spark, opts.build_table, [Version("a", 1, "1", "r", 1)], watermark_ms=10**12)
     TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
         raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 6}]), 0
     )
     report = run_quality_report(
         spark,
-        output_uri=opts.output_uri,
-        pending_uri=opts.pending_uri,
-        build_uri=opts.build_uri,
+        output_table=opts.output_table,
+        pending_table=opts.pending_table,
+        build_table=opts.build_table,
         probe_id="id",
         probe_key=("k",),
         probe_time="ts",

@@ -87,17 +87,17 @@ def _retype(msg: Message, name: str, connect_type: str, value) -> Message:
 def _sink(tmp, **kw):
     return BuildSink(
         [BuildTarget(str(tmp / "build"), **kw)],
-        dead_letter_uri=str(tmp / "dlq"),
+        dead_letter_table=str(tmp / "dlq"),
         pipeline_id="ingest-drift",
     )
 
 
 def _join(tmp, **kw):
     base = dict(
-        build_uri=str(tmp / "build"),
-        output_uri=str(tmp / f"out-{kw.get('mode', 'rowtime')}"),
-        pending_uri=str(tmp / f"pending-{kw.get('mode', 'rowtime')}"),
-        dead_letter_uri=str(tmp / "join-dlq"),
+        build_table=str(tmp / "build"),
+        output_table=str(tmp / f"out-{kw.get('mode', 'rowtime')}"),
+        pending_table=str(tmp / f"pending-{kw.get('mode', 'rowtime')}"),
+        dead_letter_table=str(tmp / "join-dlq"),
         pipeline_id=f"join-{kw.get('mode', 'rowtime')}",
         probe_schema="id bigint, currency string, ts bigint",
         probe_key=("currency",),
@@ -239,11 +239,11 @@ def test_incompatible_type_change_blocks_the_table_until_resolved(spark, tmp_pat
     # resolving without accepting the loss of the record that still does not fit: no change
     version = delta.latest_version(uri)
     with pytest.raises(ConfigError, match=r"1 of the 3 records held back .* still do not fit"):
-        resolve(spark, uri, reason="bad deploy", dead_letter_uri=dlq)
+        resolve(spark, uri, reason="bad deploy", dead_letter_table=dlq)
     assert delta.latest_version(uri) == version and open_block(delta.get_properties(uri))
 
     result = resolve(
-        spark, uri, reason="bad deploy rolled back", dead_letter_uri=dlq, accept_loss=True
+        spark, uri, reason="bad deploy rolled back", dead_letter_table=dlq, accept_loss=True
     )
     assert (result.candidates, result.replayed, result.still_incompatible) == (3, 2, 1)
     assert result.cleared and open_block(delta.get_properties(uri)) is None
@@ -258,7 +258,7 @@ def test_incompatible_type_change_blocks_the_table_until_resolved(spark, tmp_pat
         ("JPY", "6.0000", 1, 1),
     ]
     # again: nothing left to replay, nothing applied twice
-    again = resolve(spark, uri, reason="again", dead_letter_uri=dlq, accept_loss=True)
+    again = resolve(spark, uri, reason="again", dead_letter_table=dlq, accept_loss=True)
     assert (again.replayed, again.already_applied, again.cleared) == (0, 2, False)
 
     # the ingest goes on normally; the watermark moves again and row time releases
@@ -324,7 +324,7 @@ def test_debezium_schema_change_events_are_recorded_not_dead_lettered(spark, tmp
     # a DDL of another table is not recorded with this one
     routed = BuildSink(
         [BuildTarget(str(tmp_path / "b2"), source_table="public.rates")],
-        dead_letter_uri=str(tmp_path / "dlq2"),
+        dead_letter_table=str(tmp_path / "dlq2"),
         pipeline_id="p2",
     ).process(_raw(spark, [(None, ddl), *t.snapshot([{"currency": "GBP", "rate": "1"}])]), 0)
     assert routed.targets[0].schema_changes == 0 and routed.dead_lettered == 0

@@ -96,20 +96,20 @@ def _target(tmp, name="rates", key=(), **options) -> BuildTarget:
 
 
 def _sink(tmp, *targets, **kw) -> BuildSink:
-    return BuildSink(targets, dead_letter_uri=str(tmp / "dlq"), pipeline_id="ingest", **kw)
+    return BuildSink(targets, dead_letter_table=str(tmp / "dlq"), pipeline_id="ingest", **kw)
 
 
 def _props(uri):
     return delta.get_properties(uri)
 
 
-def _join(tmp, build_uri) -> TemporalJoin:
+def _join(tmp, build_table) -> TemporalJoin:
     return TemporalJoin(
         JoinOptions(
-            build_uri=build_uri,
-            output_uri=str(tmp / "out"),
-            pending_uri=str(tmp / "pending"),
-            dead_letter_uri=str(tmp / "join_dlq"),
+            build_table=build_table,
+            output_table=str(tmp / "out"),
+            pending_table=str(tmp / "pending"),
+            dead_letter_table=str(tmp / "join_dlq"),
             pipeline_id="join",
             probe_schema="id bigint, currency string",
             probe_key=("currency",),

@@ -114,3 +114,21 @@ def test_processing_time_has_no_probe_watermark_unless_configured(tmp_path, extr
 
     settings = load_settings(_file(tmp_path, JOIN + extra), environ={})
     assert join_options(settings.join).watermark == watermark
+
+
+def test_a_join_setting_has_one_name_from_toml_to_flag_to_options():
+    """Every JoinOptions field is the [join] key of the same name, and every `lakehouse
+    join` flag that sets a [join] key has its name (``--build-table`` sets ``build_table``)."""
+    import inspect
+    from dataclasses import fields
+
+    from lakehouse.cli.streams import join
+    from lakehouse.config import JoinConfig
+    from lakehouse.join import JoinOptions
+
+    config = set(JoinConfig.model_fields)
+    assert {f.name for f in fields(JoinOptions)} <= config
+    # flags that are not [join] keys: where the settings come from and how the run behaves
+    not_settings = {"config", "topic", "bootstrap_servers", "take_over", "wait_for_build"}
+    flags = set(inspect.signature(join).parameters) - not_settings
+    assert flags <= config, sorted(flags - config)

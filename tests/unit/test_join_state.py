@@ -121,7 +121,7 @@ def test_the_end_of_input_releases_up_to_the_build_watermark_and_leaves_the_stat
     # channel alone. The state the next run continues from is the one without the end, so
     # the same batches decide the same combined watermark with or without it.
     ended, plain = (
-        _options(out_of_orderness_ms=ooo, end_of_input=True),
+        _options(out_of_orderness_ms=ooo, until_complete=True),
         _options(out_of_orderness_ms=ooo),
     )
     state = JoinState()
@@ -138,19 +138,19 @@ def test_the_end_of_input_releases_up_to_the_build_watermark_and_leaves_the_stat
 
 def test_the_end_of_input_never_passes_the_snapshot_marker():
     loading = replace(BUILD, snapshot_complete=False)
-    for o in (_options(end_of_input=True), _options(end_of_input=True, build_complete=True)):
+    for o in (_options(until_complete=True), _options(until_complete=True, build_complete=True)):
         plan = decide(o, batch_id=0, now_ms=0, state=JoinState(), batch_max_ts_ms=50, build=loading)
         assert plan.releasing == Watermark.MIN and plan.final is None
 
 
 def test_a_complete_or_idle_build_side_lets_the_end_of_input_release_everything():
     end = Watermark(2**63 - 1)
-    complete = _options(end_of_input=True, build_complete=True)
+    complete = _options(until_complete=True, build_complete=True)
     plan = decide(
         complete, batch_id=0, now_ms=0, state=JoinState(), batch_max_ts_ms=500, build=BUILD
     )
     assert plan.final == end and plan.combined == Watermark(90)
-    idle_build = _options(end_of_input=True, build_idle_timeout_ms=100)
+    idle_build = _options(until_complete=True, build_idle_timeout_ms=100)
     quiet = replace(BUILD, last_commit_ms=0)
     plan = decide(
         idle_build, batch_id=0, now_ms=1_000, state=JoinState(), batch_max_ts_ms=500, build=quiet
@@ -159,7 +159,7 @@ def test_a_complete_or_idle_build_side_lets_the_end_of_input_release_everything(
 
 
 def test_processing_time_needs_no_end_of_input():
-    o = _options(mode="proctime", watermark="none", probe_time=None, end_of_input=True)
+    o = _options(mode="proctime", watermark="none", probe_time=None, until_complete=True)
     plan = decide(o, batch_id=0, now_ms=5, state=JoinState(), batch_max_ts_ms=None, build=BUILD)
     assert plan.combined == Watermark.PROCESSING_TIME and plan.final is None
 
