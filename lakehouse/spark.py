@@ -26,6 +26,7 @@ active session unchanged apart from the settings above.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import os
@@ -33,10 +34,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError, EnvironmentSetupError
 
@@ -285,11 +287,51 @@ def get_spark(
             active.conf.set(key, value)
         return active
     merged.update(engine_conf(merged))
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[*]")
+    _start_spark_context(
+        app_name, master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[*]"), merged
     )
-    for key, value in merged.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level or os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+#: Lines the JVM writes to its stderr that say nothing to a user of lakehouse: Spark's launcher
+#: always adds ``--add-modules=jdk.incubator.vector`` (JavaModuleOptions), and the JVM warns
+#: about an incubator module at every start, before any logging is configured.
+JVM_STDERR_NOISE: tuple[bytes, ...] = (b"WARNING: Using incubator modules:",)
+
+
+def _start_spark_context(app_name: str, master: str, conf: Mapping[str, str]) -> None:
+    """Start the JVM and the SparkContext, with the JVM's stderr passed through a filter that
+    drops :data:`JVM_STDERR_NOISE` (everything else reaches this process's stderr, fd 2, as
+    before). PySpark's ``launch_gateway`` takes the ``Popen`` arguments for this purpose."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    spark_conf = SparkConf().setAppName(app_name).setMaster(master)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # a JVM that someone else started
+        SparkContext(conf=spark_conf)
+        return
+    gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(
+        target=_forward_jvm_stderr,
+        args=(gateway.proc.stderr,),
+        name="lakehouse-jvm-stderr",
+        daemon=True,
+    ).start()
+    SparkContext(conf=spark_conf, gateway=gateway)
+
+
+def _forward_jvm_stderr(stream: Any) -> None:
+    """Copy the JVM's stderr to fd 2 line by line, leaving out :data:`JVM_STDERR_NOISE`.
+
+    Writes to the file descriptor, not ``sys.stderr``, as the JVM did when it inherited fd 2
+    (a test's fd capture still sees the lines)."""
+    with os.fdopen(2, "wb", closefd=False) as out:
+        for line in iter(stream.readline, b""):
+            if not line.startswith(JVM_STDERR_NOISE):
+                with contextlib.suppress(OSError):
+                    out.write(line)
+                    out.flush()
