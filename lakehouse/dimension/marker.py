@@ -89,7 +89,8 @@ def phase_of(props: Mapping[str, str]) -> Phase:
     return "resnapshot" if state == "resnapshot" else "loading"
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
+    """The current time, ISO-8601 UTC, milliseconds (how this package writes times)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -148,7 +149,7 @@ def set_marker(
         {
             L.PROP_SNAPSHOT_COMPLETE: "true",
             L.PROP_SNAPSHOT_STATE: "complete",
-            L.PROP_SNAPSHOT_COMPLETED_AT: _now_iso(),
+            L.PROP_SNAPSHOT_COMPLETED_AT: now_iso(),
             L.PROP_SNAPSHOT_COMPLETED_VERSION: str(data_version),
             L.PROP_SNAPSHOT_SIGNAL: signal,
             L.PROP_SNAPSHOT_SIGNAL_DETAIL: detail or "",
@@ -182,7 +183,7 @@ def start_resnapshot(uri: str, *, batch_id: int, join: str = "last-complete") ->
             L.PROP_SNAPSHOT_STATE: "resnapshot",
             L.PROP_SNAPSHOT_LAST_COMPLETE: str(last_complete),
             L.PROP_SNAPSHOT_RESNAPSHOT_FROM: str(last_complete + 1),
-            L.PROP_SNAPSHOT_RESNAPSHOT_AT: _now_iso(),
+            L.PROP_SNAPSHOT_RESNAPSHOT_AT: now_iso(),
             L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: join,
         },
         metadata={

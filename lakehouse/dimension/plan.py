@@ -36,7 +36,7 @@ MAX_DDL_PER_COMMIT = 50
 
 
 @dataclass(frozen=True, slots=True)
-class _BlockEvidence:
+class BlockEvidence:
     """The first incompatible record of a batch (it starts a schema block)."""
 
     column: str
@@ -54,7 +54,7 @@ class TargetPlan:
     rows: DataFrame | None
     rejected: DataFrame | None
     rejected_count: int
-    evidence: _BlockEvidence | None = None
+    evidence: BlockEvidence | None = None
     active_block: SchemaBlock | None = None
     blocked_count: int = 0
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
@@ -294,7 +294,7 @@ def plan_target(
 
     reason = F.lit(None).cast("string")
     kind = F.lit(None).cast("string")
-    evidence: _BlockEvidence | None = None
+    evidence: BlockEvidence | None = None
     held_count = 0
     if incompatible:
         mapping = F.create_map(
@@ -425,7 +425,7 @@ def _value_checks(
 
 def _block_evidence(
     mine: DataFrame, incompatible: Mapping[str, tuple[str, str, str, str]], uri: str
-) -> tuple[_BlockEvidence, Column, int]:
+) -> tuple[BlockEvidence, Column, int]:
     """The first incompatible record of the batch, and which compatible records it holds
     back: those of the same topic-partition at later offsets (Debezium keeps a key in one
     partition, so these may be later changes of its key). Runs two small aggregations."""
@@ -441,7 +441,7 @@ def _block_evidence(
     assert first is not None
     column, record_type, table_type, reason = incompatible[first["_row_columns"]]
     min_ts = bad.agg(F.min("_event_time_ms")).first()[0]
-    evidence = _BlockEvidence(
+    evidence = BlockEvidence(
         column=column,
         table_type=table_type,
         record_type=record_type,

@@ -62,13 +62,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.delta.types import fits as fits
 from lakehouse.dimension import layout as L
+from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_watermark, now_iso
 from lakehouse.dimension.plan import plan_target, summarise
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
@@ -148,19 +148,21 @@ def last_resolved(props: Mapping[str, str]) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def set_block(uri: str, block: SchemaBlock) -> int:
-    """Record the block (a commit of its own, before the batch's data commit)."""
-    return delta.set_properties(
+def set_block(uri: str, block: SchemaBlock) -> SchemaBlock:
+    """Record the block (a commit of its own, before the batch's data commit); returns it as
+    recorded, ``since_version`` being the version of that commit (the ingest is the table's
+    only writer)."""
+    recorded = replace(block, since_version=delta.latest_version(uri) + 1)
+    delta.set_properties(
         uri,
-        {L.PROP_SCHEMA_BLOCK: block.to_json()},
-        metadata={"lakehouse.reason": block.describe(), L.META_BATCH_ID: block.batch_id},
+        {L.PROP_SCHEMA_BLOCK: recorded.to_json()},
+        metadata={"lakehouse.reason": recorded.describe(), L.META_BATCH_ID: recorded.batch_id},
     )
+    return recorded
 
 
 def blocked_total(uri: str) -> int:
     """Records dead-lettered because of the open block, as the last data commit counted."""
-    from lakehouse.dimension.marker import last_metadata
-
     value = last_metadata(uri, L.META_SCHEMA_BLOCKED_TOTAL)
     return int(value) if value else 0
 
@@ -168,11 +170,6 @@ def blocked_total(uri: str) -> int:
 def block_text(uri: str, block: SchemaBlock | None) -> str | None:
     """The open block as the progress line and status show it (None: no block)."""
     return None if block is None else block.describe(blocked_total(uri))
-
-
-def now_iso() -> str:
-    """The current time, ISO-8601 UTC, milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 # ----------------------------------------------------------------------------------- resolve
@@ -367,8 +364,6 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
 
 
 def _append_replay(uri: str, plan: _Replay, block: SchemaBlock, reason: str) -> int:
-    from lakehouse.dimension.marker import last_max_event_time, last_watermark
-
     assert plan.rows is not None
     previous = delta.transaction_version(uri, RESOLVE_APP_ID)
     previous_max = last_max_event_time(uri)

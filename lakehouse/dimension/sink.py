@@ -43,22 +43,30 @@ from typing import TYPE_CHECKING
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.dimension import layout as L
+from lakehouse.dimension.commit import (
+    HISTORY_LIMIT,
+    NO_TABLE,
+    CommitPlan,
+    RowStats,
+    TargetLook,
+    commits_anything,
+    plan_commit,
+)
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
     iso_to_ms,
-    last_max_event_time,
     last_signal_state,
     last_watermark,
     notification_properties,
+    now_iso,
     phase_of,
     record_notification,
     set_marker,
     start_resnapshot,
 )
 from lakehouse.dimension.plan import (
-    MAX_DDL_PER_COMMIT,
     TargetPlan,
     empty_like,
     lineage_schema,
@@ -70,8 +78,6 @@ from lakehouse.dimension.resnapshot import synthetic_deletes
 from lakehouse.dimension.schema_block import (
     SchemaBlock,
     block_text,
-    blocked_total,
-    now_iso,
     open_block,
     set_block,
 )
@@ -92,7 +98,6 @@ from lakehouse.dimension.signals import (
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
 from lakehouse.errors import ConfigError, DataSafetyError
 from lakehouse.failpoints import failpoint
-from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -109,6 +114,16 @@ class _Signals:
     invalid: tuple[tuple[str, int, int, str], ...] = ()  # (topic, partition, offset, reason)
     count: int = 0
     end_offsets: Offsets = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Written:
+    """What a target's writes did: the data commit, its synthetic deletes, the schema block
+    in force as recorded."""
+
+    result: delta.WriteResult
+    synthetic_deletes: int
+    block: SchemaBlock | None
 
 
 class BuildSink:
@@ -474,114 +489,133 @@ class BuildSink:
         batch_id: int,
         end_offsets: Mapping[str, Mapping[str, int]],
     ) -> TargetReport:
-        from pyspark.sql import functions as F
-
-        target = plan.target
-        uri = target.table_uri
-        exists = delta.table_exists(uri)
-        needs_table = (
-            decision.fire is not None or bool(decision.state.pending) or decision.alert_changed
-        )
-        if plan.rows is None and not exists and not needs_table:
+        """Read the table once, decide its commit (:func:`plan_commit`), write it, then set
+        the marker when the decision fired and the data is committed."""
+        uri = plan.target.table_uri
+        look = self._look_at(plan.target, batch_id)
+        if not commits_anything(plan, decision, look):
             # nothing routed here ever, and no signal or alert for it: no empty table
             return TargetReport(table_uri=uri, version=None, rejected=plan.rejected_count)
         rows = plan.rows.persist() if plan.rows is not None else None
-        synthetic_count = 0
         try:
-            if not exists:
-                delta.create_table(
-                    uri,
-                    rows.schema if rows is not None else lineage_schema(),
-                    properties={
-                        L.PROP_PRIMARY_KEY: ",".join(plan.key_columns),
-                        L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
-                        L.PROP_SOURCE_TABLE: target.source_table or "*",
-                        L.PROP_SNAPSHOT_COMPLETE: "false",
-                        L.PROP_SNAPSHOT_STATE: "loading",
-                        L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
-                        L.PROP_TABLE_KIND: "build",
-                    },
-                )
-            props = delta.get_properties(uri)
-            replay = self._already_committed(target, batch_id)
-            if plan.key_columns and not props.get(L.PROP_PRIMARY_KEY) and not replay:
-                # a table created by a signal before its first row learns its key now
-                delta.set_properties(uri, {L.PROP_PRIMARY_KEY: ",".join(plan.key_columns)})
-            phase_before = phase_of(props)
-            if decision.start_resnapshot and not replay:
-                start_resnapshot(uri, batch_id=batch_id, join=target.snapshot.resnapshot_join)
-                props = delta.get_properties(uri)
-                log.warning(
-                    "build table %s: snapshot rows arrived after the marker; re-snapshot "
-                    "started, joins read version %s until it completes",
-                    uri,
-                    props.get(L.PROP_SNAPSHOT_LAST_COMPLETE),
-                )
-            previous_max = last_max_event_time(uri)
-            batch_max = None
-            n_rows = 0
-            if rows is not None:
-                agg = rows.agg(F.max(L.EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).first()
-                n_rows = int(agg["n"])
-                if agg["m"] is not None:
-                    batch_max = int(agg["m"].timestamp() * 1000)
-            max_ts = max((v for v in (previous_max, batch_max) if v is not None), default=None)
-            watermark = (
-                WATERMARK_MIN
-                if max_ts is None
-                else max(WATERMARK_MIN, max_ts - target.out_of_orderness_ms - 1)
+            commit = plan_commit(
+                look=look,
+                plan=plan,
+                decision=decision,
+                rows=_row_stats(rows),
+                batch_id=batch_id,
+                pipeline_id=self.pipeline_id,
+                end_offsets=end_offsets,
+                now_iso=now_iso(),
             )
-            block, new_block = self._schema_block(plan, props, batch_id, replay, watermark)
-            if block is not None:
-                # the dimension misses a change from the block on: hold the watermark there
-                watermark = block.watermark_ms
-            to_write = rows if rows is not None else empty_like(uri)
-            ends_resnapshot = decision.fire is not None and (
-                phase_before == "resnapshot" or decision.start_resnapshot
-            )
-            if ends_resnapshot and target.snapshot.resnapshot_deletes and not replay:
-                ghosts = synthetic_deletes(uri, plan.key_columns, props, rows)
-                if ghosts is not None:
-                    deletes, live = ghosts
-                    deletes = deletes.persist()
-                    synthetic_count = deletes.count()
-                    self._check_ended_share(target, props, synthetic_count, live, batch_id)
-                    if synthetic_count:
-                        to_write = to_write.unionByName(deletes, allowMissingColumns=True)
-            metadata = {
-                L.META_BATCH_ID: batch_id,
-                L.META_PIPELINE: self.pipeline_id,
-                L.META_WATERMARK: watermark,
-                L.META_MAX_EVENT_TIME: max_ts if max_ts is not None else "",
-                L.META_END_OFFSETS: {t: dict(p) for t, p in end_offsets.items()},
-                L.META_ROWS: n_rows,
-                L.META_SNAPSHOT_STATE: decision.state.to_json(),
-            }
-            if decision.fire is not None:
-                metadata[L.META_SNAPSHOT_ENDED] = decision.fire.signal
-            if synthetic_count:
-                metadata[L.META_SYNTHETIC_DELETES] = synthetic_count
-            blocked_so_far = 0
-            if block is not None:
-                blocked_so_far = plan.blocked_count + (0 if new_block else blocked_total(uri))
-                metadata[L.META_SCHEMA_BLOCKED] = plan.blocked_count
-                metadata[L.META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
-            if plan.schema_changes:
-                metadata[L.META_SCHEMA_CHANGES] = plan.schema_changes[:MAX_DDL_PER_COMMIT]
-            result = delta.append(
-                to_write,
-                uri,
-                txn=(self.pipeline_id, batch_id),
-                metadata=metadata,
-                schema_mode="widen",
-                max_files=2,
-            )
+            written = self._write_target(plan, commit, rows, batch_id)
         finally:
             if rows is not None:
                 rows.unpersist()
         failpoint("ingest.after_data", batch_id)
-        marker_now = False
+        result, block = written.result, written.block
+        marker_now = self._after_data(uri, decision, result, batch_id)
+        if block is not None and not result.skipped:
+            log.warning("build table %s: %s", uri, block.describe(commit.blocked_so_far))
+        for ddl in plan.schema_changes:
+            log.info("build table %s: schema change recorded: %s", uri, ddl["ddl"])
+        props = delta.get_properties(uri)
+        return TargetReport(
+            table_uri=uri,
+            version=result.version,
+            rows=result.rows,
+            rejected=plan.rejected_count,
+            max_event_time_ms=commit.max_event_time_ms,
+            watermark_ms=commit.watermark_ms,
+            snapshot_complete=marker_now or is_complete(props),
+            marker_set_now=marker_now,
+            skipped=result.skipped,
+            phase=phase_of(props),
+            signal=decision.fire.signal if marker_now and decision.fire else None,
+            pending=tuple(f"{p.signal}: {p.detail}" for p in decision.state.pending),
+            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
+            resnapshot_started=decision.start_resnapshot and not result.skipped,
+            synthetic_deletes=written.synthetic_deletes,
+            schema_block=None if block is None else block.describe(commit.blocked_so_far),
+            schema_blocked_now=commit.starts_block and not result.skipped,
+            schema_changes=len(plan.schema_changes),
+        )
+
+    def _look_at(self, target: BuildTarget, batch_id: int) -> TargetLook:
+        """One look at a build table: its properties and what its recent commits record."""
+        uri = target.table_uri
+        snap = delta.snapshot(uri)
+        if not snap.exists:
+            return NO_TABLE
+        return TargetLook.from_history(
+            version=snap.version,
+            properties=snap.properties,
+            replay=self._already_committed(target, batch_id),
+            metadata=(c.metadata for c in snap.commits(HISTORY_LIMIT)),
+        )
+
+    def _write_target(
+        self,
+        plan: TargetPlan,
+        commit: CommitPlan,
+        rows: DataFrame | None,
+        batch_id: int,
+    ) -> _Written:
+        """Carry out ``commit`` up to the data commit, in its order: create, learn the key,
+        start a re-snapshot, record a schema block, end the keys a completing re-snapshot did
+        not re-read, append."""
+        target = plan.target
+        uri = target.table_uri
+        if commit.create is not None:
+            schema = rows.schema if rows is not None else lineage_schema()
+            delta.create_table(uri, schema, properties=commit.create)
+        if commit.learn_key is not None:
+            delta.set_properties(uri, {L.PROP_PRIMARY_KEY: commit.learn_key})
+        if commit.start_resnapshot:
+            start_resnapshot(uri, batch_id=batch_id, join=target.snapshot.resnapshot_join)
+            log.warning(
+                "build table %s: snapshot rows arrived after the marker; re-snapshot "
+                "started, joins read version %s until it completes",
+                uri,
+                delta.get_properties(uri).get(L.PROP_SNAPSHOT_LAST_COMPLETE),
+            )
+        block = commit.block
+        if commit.record_block and block is not None:
+            block = set_block(uri, block)
+            log.error("build table %s: %s", uri, block.describe())
+        to_write = rows if rows is not None else empty_like(uri)
+        metadata = dict(commit.metadata)
+        synthetic_count = 0
+        if commit.ghost_deletes:
+            # reads the version the re-snapshot pinned (start_resnapshot may have just set it)
+            props = delta.get_properties(uri)
+            ghosts = synthetic_deletes(uri, plan.key_columns, props, rows)
+            if ghosts is not None:
+                deletes, live = ghosts
+                deletes = deletes.persist()
+                synthetic_count = deletes.count()
+                self._check_ended_share(target, props, synthetic_count, live, batch_id)
+                if synthetic_count:
+                    to_write = to_write.unionByName(deletes, allowMissingColumns=True)
+                    metadata[L.META_SYNTHETIC_DELETES] = synthetic_count
+        result = delta.append(
+            to_write,
+            uri,
+            txn=(self.pipeline_id, batch_id),
+            metadata=metadata,
+            schema_mode="widen",
+            max_files=2,
+        )
+        return _Written(result=result, synthetic_deletes=synthetic_count, block=block)
+
+    def _after_data(
+        self, uri: str, decision: Decision, result: delta.WriteResult, batch_id: int
+    ) -> bool:
+        """After the data commit: set the marker the decision fired (a commit of its own), or
+        record a notification or alert; a replay heals what its first attempt left undone.
+        Returns whether the marker was set now."""
         state = decision.state
+        marker_now = False
         if result.skipped:
             heal_marker(uri)  # a replay: finish what the first attempt may have left undone
         elif decision.fire is not None and not is_complete(delta.get_properties(uri)):
@@ -609,31 +643,7 @@ class BuildSink:
             record_notification(uri, decision.notification, state.alert, batch_id=batch_id)
         if state.alert is not None and decision.alert_changed:
             log.warning("build table %s: snapshot alert: %s", uri, state.alert)
-        if block is not None and not result.skipped:
-            log.warning("build table %s: %s", uri, block.describe(blocked_so_far))
-        for ddl in plan.schema_changes:
-            log.info("build table %s: schema change recorded: %s", uri, ddl["ddl"])
-        props = delta.get_properties(uri)
-        return TargetReport(
-            table_uri=uri,
-            version=result.version,
-            rows=result.rows,
-            rejected=plan.rejected_count,
-            max_event_time_ms=max_ts,
-            watermark_ms=watermark,
-            snapshot_complete=marker_now or is_complete(props),
-            marker_set_now=marker_now,
-            skipped=result.skipped,
-            phase=phase_of(props),
-            signal=decision.fire.signal if marker_now and decision.fire else None,
-            pending=tuple(f"{p.signal}: {p.detail}" for p in state.pending),
-            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
-            resnapshot_started=decision.start_resnapshot and not result.skipped,
-            synthetic_deletes=synthetic_count,
-            schema_block=None if block is None else block.describe(blocked_so_far),
-            schema_blocked_now=new_block and not result.skipped,
-            schema_changes=len(plan.schema_changes),
-        )
+        return marker_now
 
     def _check_ended_share(
         self,
@@ -663,50 +673,6 @@ class BuildSink:
             table_uri=uri,
         )
 
-    def _schema_block(
-        self,
-        plan: TargetPlan,
-        props: Mapping[str, str],
-        batch_id: int,
-        replay: bool,
-        normal: int,
-    ) -> tuple[SchemaBlock | None, bool]:
-        """The schema block in force for this batch's commit, and whether it starts now.
-
-        A block starts in the batch that meets the first incompatible record: it is
-        recorded (a commit before the data commit) with the watermark capped below that
-        record's event time, and never lower than the watermark already committed. A replay
-        of that batch finds its own block and reuses it.
-        """
-        if plan.active_block is not None:
-            return plan.active_block, False
-        evidence = plan.evidence
-        if evidence is None:
-            return None, False
-        uri = plan.target.table_uri
-        existing = open_block(props)
-        if existing is not None and existing.batch_id == batch_id:
-            return existing, True
-        previous_wm = last_watermark(uri)
-        cap = normal if evidence.first_event_time_ms is None else evidence.first_event_time_ms - 1
-        block = SchemaBlock(
-            column=evidence.column,
-            table_type=evidence.table_type,
-            record_type=evidence.record_type,
-            since_version=delta.latest_version(uri) + 1,
-            batch_id=batch_id,
-            pipeline=self.pipeline_id,
-            first_offset=evidence.first_offset,
-            first_event_time_ms=evidence.first_event_time_ms,
-            watermark_ms=max(previous_wm, min(normal, cap)),
-            blocked_at=now_iso(),
-            reason=evidence.reason,
-        )
-        if not replay:
-            set_block(uri, block)
-            log.error("build table %s: %s", uri, block.describe())
-        return block, True
-
 
 def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
     """The probe, asked at most once per batch (every target sees the same answer)."""
@@ -720,3 +686,17 @@ def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
         return answer[0]
 
     return cached
+
+
+def _row_stats(rows: DataFrame | None) -> RowStats:
+    """Count the batch's rows for a table and find their largest event time (one job)."""
+    if rows is None:
+        return RowStats()
+    from pyspark.sql import functions as F
+
+    agg = rows.agg(F.max(L.EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).first()
+    biggest = agg["m"]
+    return RowStats(
+        count=int(agg["n"]),
+        max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
+    )

@@ -1,0 +1,323 @@
+"""What one batch commits to one build table, decided in pure code.
+
+The sink (:mod:`lakehouse.dimension.sink`) reads a build table once per batch
+(:class:`TargetLook`: its properties and the newest values its data commits recorded), counts
+the batch's rows for it (:class:`RowStats`), takes the snapshot signals' :class:`Decision`,
+and asks :func:`plan_commit` what to write. No Spark, no I/O here: plain values in, a
+:class:`CommitPlan` out, which the sink carries out in the order the exactly-once argument
+needs (create, learn the key, start a re-snapshot, record a schema block, append the data,
+then set the marker).
+
+The build watermark of a data commit is the largest event time committed so far less the
+allowed out-of-orderness, less one (``ts <= watermark`` is complete); while a schema block is
+open it stays at the block's watermark, capped below the first incompatible record's time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.marker import phase_of
+from lakehouse.dimension.plan import MAX_DDL_PER_COMMIT
+from lakehouse.dimension.schema_block import SchemaBlock, open_block
+from lakehouse.dimension.signals import Decision
+from lakehouse.time import WATERMARK_MIN
+
+if TYPE_CHECKING:
+    from lakehouse.dimension.plan import BlockEvidence, TargetPlan
+
+#: How many recent commits of a build table are read for the values its data commits record.
+HISTORY_LIMIT = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetLook:
+    """What a batch reads of one build table before it commits to it.
+
+    Attributes:
+        exists: the table exists.
+        version: its latest version (-1 when it does not exist).
+        properties: its table properties (empty when it does not exist).
+        replay: the table records this batch's transaction already (a replayed batch: the
+            data commit will be skipped, and nothing is recorded twice).
+        max_event_time_ms: the largest event time its data commits recorded, if any.
+        watermark_ms: the build watermark its last data commit recorded.
+        blocked_total: records dead-lettered under the open schema block so far.
+    """
+
+    exists: bool
+    version: int = -1
+    properties: Mapping[str, str]
+    replay: bool
+    max_event_time_ms: int | None = None
+    watermark_ms: int = WATERMARK_MIN
+    blocked_total: int = 0
+
+    @classmethod
+    def from_history(
+        cls,
+        *,
+        version: int,
+        properties: Mapping[str, str],
+        replay: bool,
+        metadata: Iterable[Mapping[str, str]],
+    ) -> TargetLook:
+        """The look at an existing table from its properties and its recent commits'
+        metadata, newest first: the newest non-empty value of each key counts. ``metadata``
+        is consumed only until every value wanted is found (the blocked-record count only
+        while a schema block is open), so an iterator over a log reads few commits.
+
+        >>> look = TargetLook.from_history(version=7, properties={}, replay=False, metadata=[
+        ...     {"lakehouse.reason": "marker"},
+        ...     {"lakehouse.watermark": "90", "lakehouse.maxEventTime": "100"},
+        ...     {"lakehouse.watermark": "40", "lakehouse.maxEventTime": "50"}])
+        >>> look.max_event_time_ms, look.watermark_ms, look.blocked_total
+        (100, 90, 0)
+        """
+        wanted = [L.META_MAX_EVENT_TIME, L.META_WATERMARK]
+        if properties.get(L.PROP_SCHEMA_BLOCK):
+            wanted.append(L.META_SCHEMA_BLOCKED_TOTAL)
+        found: dict[str, str] = {}
+        for entry in metadata:
+            for key in wanted:
+                if key not in found and entry.get(key) not in (None, ""):
+                    found[key] = entry[key]
+            if len(found) == len(wanted):
+                break
+        max_ts = found.get(L.META_MAX_EVENT_TIME)
+        watermark = found.get(L.META_WATERMARK)
+        return cls(
+            exists=True,
+            version=version,
+            properties=dict(properties),
+            replay=replay,
+            max_event_time_ms=int(max_ts) if max_ts is not None else None,
+            watermark_ms=int(watermark) if watermark is not None else WATERMARK_MIN,
+            blocked_total=int(found.get(L.META_SCHEMA_BLOCKED_TOTAL) or 0),
+        )
+
+
+#: The look at a table that does not exist yet.
+NO_TABLE = TargetLook(exists=False, properties={}, replay=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowStats:
+    """The batch's rows for one table: how many, and their largest event time (ms)."""
+
+    count: int = 0
+    max_event_time_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitPlan:
+    """What to write to one build table for one batch, in this order.
+
+    Attributes:
+        create: create the table with these properties (None: it exists).
+        learn_key: set ``lakehouse.primaryKey`` to this (a table a signal created before its
+            first row); None: nothing to set.
+        start_resnapshot: clear the marker before the data commit (a re-snapshot starts).
+        block: the schema block in force for the data commit, if any.
+        starts_block: ``block`` starts in this batch (its records count from zero).
+        record_block: write ``block`` now, before the data commit (it starts in this batch
+            and the table does not record it yet).
+        blocked_so_far: records dead-lettered under ``block`` including this batch's.
+        ghost_deletes: this commit completes a re-snapshot: end the keys it did not re-read.
+        max_event_time_ms: the largest event time committed after this batch.
+        watermark_ms: the build watermark after this batch.
+        metadata: the data commit's metadata (the synthetic deletes' count is added when
+            ``ghost_deletes`` finds some).
+    """
+
+    create: Mapping[str, str] | None
+    learn_key: str | None
+    start_resnapshot: bool
+    block: SchemaBlock | None
+    starts_block: bool
+    record_block: bool
+    blocked_so_far: int
+    ghost_deletes: bool
+    max_event_time_ms: int | None
+    watermark_ms: int
+    metadata: Mapping[str, Any]
+
+
+def commits_anything(plan: TargetPlan, decision: Decision, look: TargetLook) -> bool:
+    """Whether the batch writes to the table at all: a table that does not exist is created
+    only for rows routed to it, a signal that fires or is pending, or an alert."""
+    return (
+        plan.rows is not None
+        or look.exists
+        or decision.fire is not None
+        or bool(decision.state.pending)
+        or decision.alert_changed
+    )
+
+
+def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
+    """The build watermark after committing up to ``max_event_time_ms``: every version with
+    ``_event_time <= watermark`` is in the table.
+
+    >>> build_watermark(None, 0) == WATERMARK_MIN
+    True
+    >>> build_watermark(10_000, 2_000)
+    7999
+    """
+    if max_event_time_ms is None:
+        return WATERMARK_MIN
+    return max(WATERMARK_MIN, max_event_time_ms - out_of_orderness_ms - 1)
+
+
+def plan_commit(
+    *,
+    look: TargetLook,
+    plan: TargetPlan,
+    decision: Decision,
+    rows: RowStats,
+    batch_id: int,
+    pipeline_id: str,
+    end_offsets: Mapping[str, Mapping[str, int]],
+    now_iso: str,
+) -> CommitPlan:
+    """Decide one table's commit of batch ``batch_id`` (see :class:`CommitPlan`).
+
+    Reads only the plain fields of ``plan`` (key columns, schema evidence, the active block,
+    counts, schema changes), never its DataFrames. A replay (``look.replay``) decides the
+    same data commit as the first attempt and records nothing before it again.
+    """
+    target = plan.target
+    props = look.properties
+    key = ",".join(plan.key_columns)
+    create = None
+    if not look.exists:
+        create = {
+            L.PROP_PRIMARY_KEY: key,
+            L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
+            L.PROP_SOURCE_TABLE: target.source_table or "*",
+            L.PROP_SNAPSHOT_COMPLETE: "false",
+            L.PROP_SNAPSHOT_STATE: "loading",
+            L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
+            L.PROP_TABLE_KIND: "build",
+        }
+        props = create
+    # a table a signal created before its first row learns its key from that row
+    learn_key = key if key and not props.get(L.PROP_PRIMARY_KEY) and not look.replay else None
+
+    known = [v for v in (look.max_event_time_ms, rows.max_event_time_ms) if v is not None]
+    max_ts = max(known, default=None)
+    watermark = build_watermark(max_ts, target.out_of_orderness_ms)
+    block, starts_now, recorded = schema_block(
+        look=look,
+        properties=props,
+        evidence=plan.evidence,
+        active_block=plan.active_block,
+        batch_id=batch_id,
+        pipeline_id=pipeline_id,
+        watermark_ms=watermark,
+        now_iso=now_iso,
+    )
+    if block is not None:
+        # the dimension misses a change from the block on: hold the watermark there
+        watermark = block.watermark_ms
+    ends_resnapshot = decision.fire is not None and (
+        phase_of(props) == "resnapshot" or decision.start_resnapshot
+    )
+
+    metadata: dict[str, Any] = {
+        L.META_BATCH_ID: batch_id,
+        L.META_PIPELINE: pipeline_id,
+        L.META_WATERMARK: watermark,
+        L.META_MAX_EVENT_TIME: max_ts if max_ts is not None else "",
+        L.META_END_OFFSETS: {t: dict(p) for t, p in end_offsets.items()},
+        L.META_ROWS: rows.count,
+        L.META_SNAPSHOT_STATE: decision.state.to_json(),
+    }
+    if decision.fire is not None:
+        metadata[L.META_SNAPSHOT_ENDED] = decision.fire.signal
+    blocked_so_far = 0
+    if block is not None:
+        blocked_so_far = plan.blocked_count + (0 if starts_now else look.blocked_total)
+        metadata[L.META_SCHEMA_BLOCKED] = plan.blocked_count
+        metadata[L.META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
+    if plan.schema_changes:
+        metadata[L.META_SCHEMA_CHANGES] = plan.schema_changes[:MAX_DDL_PER_COMMIT]
+    return CommitPlan(
+        create=create,
+        learn_key=learn_key,
+        start_resnapshot=decision.start_resnapshot and not look.replay,
+        block=block,
+        starts_block=starts_now,
+        record_block=starts_now and not recorded and not look.replay,
+        blocked_so_far=blocked_so_far,
+        ghost_deletes=ends_resnapshot and target.snapshot.resnapshot_deletes and not look.replay,
+        max_event_time_ms=max_ts,
+        watermark_ms=watermark,
+        metadata=metadata,
+    )
+
+
+def schema_block(
+    *,
+    look: TargetLook,
+    properties: Mapping[str, str],
+    evidence: BlockEvidence | None,
+    active_block: SchemaBlock | None,
+    batch_id: int,
+    pipeline_id: str,
+    watermark_ms: int,
+    now_iso: str,
+) -> tuple[SchemaBlock | None, bool, bool]:
+    """The schema block in force for this batch's data commit, whether it starts in this
+    batch, and whether the table records it already (see
+    :mod:`lakehouse.dimension.schema_block`).
+
+    ``active_block`` is a block an earlier batch started; ``evidence`` the first
+    incompatible record of this batch. A block starts in the batch that meets that record,
+    with the watermark capped below the record's event time and never lower than the
+    watermark already committed. A replay of that batch (or a retry after a crash between
+    the block's commit and the data commit) finds its own block in the table and reuses it.
+    ``since_version`` is the version the block's own commit gets if nothing commits before
+    it; :func:`~lakehouse.dimension.schema_block.set_block` records the real one.
+
+    >>> from lakehouse.dimension.plan import BlockEvidence
+    >>> ev = BlockEvidence(column="rate", table_type="decimal(10,4)", record_type="string",
+    ...     reason="...", first_offset={"topic": "t", "partition": 0, "offset": 9},
+    ...     first_event_time_ms=5_000)
+    >>> look = TargetLook(exists=True, version=3, properties={}, replay=False, watermark_ms=1_000)
+    >>> block, starts, recorded = schema_block(look=look, properties={}, evidence=ev,
+    ...     active_block=None, batch_id=4, pipeline_id="p", watermark_ms=8_999,
+    ...     now_iso="2026-01-01T00:00:00.000+00:00")
+    >>> starts, recorded, block.watermark_ms, block.since_version   # capped below 5_000
+    (True, False, 4999, 4)
+    >>> again = schema_block(look=look, properties={"lakehouse.schema.block": block.to_json()},
+    ...     evidence=ev, active_block=None, batch_id=4, pipeline_id="p", watermark_ms=8_999,
+    ...     now_iso="later")
+    >>> again == (block, True, True)   # the retry reuses the recorded block
+    True
+    """
+    if active_block is not None:
+        return active_block, False, True
+    if evidence is None:
+        return None, False, False
+    existing = open_block(properties)
+    if existing is not None and existing.batch_id == batch_id:
+        return existing, True, True
+    cap = watermark_ms if evidence.first_event_time_ms is None else evidence.first_event_time_ms - 1
+    block = SchemaBlock(
+        column=evidence.column,
+        table_type=evidence.table_type,
+        record_type=evidence.record_type,
+        since_version=look.version + 1,
+        batch_id=batch_id,
+        pipeline=pipeline_id,
+        first_offset=evidence.first_offset,
+        first_event_time_ms=evidence.first_event_time_ms,
+        watermark_ms=max(look.watermark_ms, min(watermark_ms, cap)),
+        blocked_at=now_iso,
+        reason=evidence.reason,
+    )
+    return block, True, False

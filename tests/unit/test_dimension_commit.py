@@ -1,0 +1,229 @@
+"""What one batch commits to one build table, without Spark (lakehouse.dimension.commit)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lakehouse.dimension import layout as L
+from lakehouse.dimension.commit import (
+    NO_TABLE,
+    RowStats,
+    TargetLook,
+    build_watermark,
+    commits_anything,
+    plan_commit,
+)
+from lakehouse.dimension.plan import BlockEvidence, TargetPlan
+from lakehouse.dimension.schema_block import SchemaBlock
+from lakehouse.dimension.signals import (
+    Decision,
+    SignalEvidence,
+    SignalState,
+    SnapshotOptions,
+)
+from lakehouse.dimension.targets import BuildTarget
+from lakehouse.time import WATERMARK_MIN
+
+TARGET = BuildTarget(table_uri="/t/rates", source_table="public.rates", out_of_orderness_ms=1_000)
+NOW = "2026-03-02T08:00:00.000+00:00"
+FIRED = SignalEvidence(signal="last", detail="last row", covered={}, batch_id=3)
+TIMES = st.none() | st.integers(0, 10**13)
+
+
+def _plan(**kw) -> TargetPlan:
+    base = dict(target=TARGET, key_columns=("currency",), rows=None, rejected=None)
+    return TargetPlan(**{**base, "rejected_count": 0, **kw})
+
+
+def _look(**kw) -> TargetLook:
+    base = dict(exists=True, version=5, properties={L.PROP_PRIMARY_KEY: "currency"})
+    return TargetLook(**{**base, "replay": False, **kw})
+
+
+def _commit(look: TargetLook, plan: TargetPlan | None = None, **kw):
+    args = dict(
+        decision=Decision(state=SignalState()),
+        rows=RowStats(count=2, max_event_time_ms=10_000),
+        batch_id=4,
+        pipeline_id="rates",
+        end_offsets={"cdc": {"0": 7}},
+        now_iso=NOW,
+    )
+    return plan_commit(look=look, plan=plan or _plan(), **{**args, **kw})
+
+
+_EVIDENCE = BlockEvidence(
+    column="rate",
+    table_type="decimal(10,4)",
+    record_type="string",
+    reason="column rate: 'n/a' is not decimal(10,4)",
+    first_offset={"topic": "cdc", "partition": 0, "offset": 9},
+    first_event_time_ms=6_000,
+)
+
+
+def test_a_new_table_is_created_with_its_key_and_loading_marker_and_learns_nothing_after():
+    commit = _commit(NO_TABLE)
+    assert commit.create is not None
+    assert commit.create[L.PROP_PRIMARY_KEY] == "currency"
+    assert commit.create[L.PROP_SOURCE_TABLE] == "public.rates"
+    assert commit.create[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert commit.create[L.PROP_SNAPSHOT_STATE] == "loading"
+    assert commit.learn_key is None
+
+
+def test_a_table_a_signal_created_learns_its_key_from_its_first_rows_but_not_on_replay():
+    keyless = _look(properties={})
+    assert _commit(keyless).learn_key == "currency"
+    assert _commit(replace(keyless, replay=True)).learn_key is None
+    assert _commit(_look()).learn_key is None  # it has one
+    assert _commit(keyless, _plan(key_columns=())).learn_key is None  # none to learn
+
+
+def test_the_watermark_trails_the_largest_committed_time_by_the_out_of_orderness():
+    # committed up to 20 s; this batch's rows end at 10 s: the watermark stays at 20 s - 1 s
+    commit = _commit(_look(max_event_time_ms=20_000))
+    assert commit.max_event_time_ms == 20_000
+    assert commit.watermark_ms == 18_999
+    assert commit.metadata[L.META_WATERMARK] == 18_999
+    assert commit.metadata[L.META_MAX_EVENT_TIME] == 20_000
+    # nothing committed ever and no rows: the minimum, and no max event time
+    empty = _commit(NO_TABLE, rows=RowStats())
+    assert empty.watermark_ms == WATERMARK_MIN
+    assert empty.metadata[L.META_MAX_EVENT_TIME] == ""
+
+
+@given(committed=TIMES, batch=TIMES, ooo=st.integers(0, 10**6))
+def test_the_watermark_never_falls_below_what_was_committed(committed, batch, ooo):
+    look = _look(max_event_time_ms=committed, watermark_ms=build_watermark(committed, ooo))
+    plan = _plan(target=replace(TARGET, out_of_orderness_ms=ooo))
+    commit = _commit(look, plan, rows=RowStats(count=1, max_event_time_ms=batch))
+    assert commit.watermark_ms >= look.watermark_ms
+    if batch is not None:
+        assert commit.watermark_ms >= batch - ooo - 1
+
+
+def test_the_data_commit_carries_the_batch_its_offsets_rows_and_signal_state():
+    state = SignalState(phase="complete", fired=FIRED)
+    commit = _commit(_look(), decision=Decision(state=state, fire=FIRED))
+    meta = commit.metadata
+    assert meta[L.META_BATCH_ID] == 4 and meta[L.META_PIPELINE] == "rates"
+    assert meta[L.META_END_OFFSETS] == {"cdc": {"0": 7}}
+    assert meta[L.META_ROWS] == 2
+    assert meta[L.META_SNAPSHOT_STATE] == state.to_json()
+    assert meta[L.META_SNAPSHOT_ENDED] == "last"  # heals the marker after a crash
+    assert L.META_SCHEMA_BLOCKED not in meta
+    quiet = _commit(_look()).metadata
+    assert L.META_SNAPSHOT_ENDED not in quiet
+
+
+def test_an_incompatible_record_starts_a_block_recorded_before_the_data_commit():
+    # committed up to 5 s (watermark 3999); the batch reaches 10 s, its first bad record 6 s
+    look = _look(max_event_time_ms=5_000, watermark_ms=3_999)
+    commit = _commit(look, _plan(evidence=_EVIDENCE, blocked_count=3))
+    block = commit.block
+    assert block is not None and commit.starts_block and commit.record_block
+    assert block.watermark_ms == 5_999  # below the record's time, not the batch's 8999
+    assert commit.watermark_ms == 5_999
+    assert (block.column, block.batch_id, block.pipeline) == ("rate", 4, "rates")
+    assert block.since_version == 6 and block.blocked_at == NOW
+    assert commit.metadata[L.META_SCHEMA_BLOCKED] == 3
+    assert commit.metadata[L.META_SCHEMA_BLOCKED_TOTAL] == 3
+    # a retry of the batch finds its own block in the table and does not record it again
+    retry = _look(
+        max_event_time_ms=5_000,
+        watermark_ms=3_999,
+        properties={L.PROP_PRIMARY_KEY: "currency", L.PROP_SCHEMA_BLOCK: block.to_json()},
+    )
+    again = _commit(retry, _plan(evidence=_EVIDENCE, blocked_count=3), now_iso="later")
+    assert again.block == block and again.starts_block and not again.record_block
+    # a replay records nothing before its (skipped) data commit
+    assert not _commit(replace(look, replay=True), _plan(evidence=_EVIDENCE)).record_block
+
+
+@given(committed_wm=st.integers(0, 10**9), first=st.none() | st.integers(0, 10**9))
+def test_a_new_block_never_lowers_the_committed_watermark(committed_wm, first):
+    look = _look(max_event_time_ms=committed_wm + 1_001, watermark_ms=committed_wm)
+    evidence = replace(_EVIDENCE, first_event_time_ms=first)
+    commit = _commit(look, _plan(evidence=evidence), rows=RowStats(count=1))
+    assert commit.block is not None
+    assert commit.watermark_ms == commit.block.watermark_ms >= committed_wm
+    if first is not None and first - 1 >= committed_wm:
+        assert commit.watermark_ms <= first - 1
+
+
+def test_an_open_block_holds_the_watermark_and_counts_every_blocked_record():
+    block = SchemaBlock(
+        column="rate",
+        table_type="decimal(10,4)",
+        record_type="string",
+        since_version=3,
+        batch_id=1,
+        pipeline="rates",
+        first_offset={"topic": "cdc", "partition": 0, "offset": 2},
+        first_event_time_ms=2_000,
+        watermark_ms=1_999,
+        blocked_at=NOW,
+        reason="...",
+    )
+    look = _look(max_event_time_ms=50_000, blocked_total=10)
+    commit = _commit(look, _plan(active_block=block, blocked_count=4))
+    assert commit.block is block and not commit.starts_block and not commit.record_block
+    assert commit.watermark_ms == 1_999
+    assert commit.blocked_so_far == 14
+    assert commit.metadata[L.META_SCHEMA_BLOCKED_TOTAL] == 14
+
+
+def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
+    resnapshot = _look(properties={L.PROP_SNAPSHOT_STATE: "resnapshot"})
+    fires = Decision(state=SignalState(), fire=FIRED)
+    assert _commit(resnapshot, decision=fires).ghost_deletes
+    # not before the signal, not for a filtered re-snapshot, not on replay
+    assert not _commit(resnapshot).ghost_deletes
+    keep = _plan(target=replace(TARGET, snapshot=SnapshotOptions(resnapshot_deletes=False)))
+    assert not _commit(resnapshot, keep, decision=fires).ghost_deletes
+    assert not _commit(replace(resnapshot, replay=True), decision=fires).ghost_deletes
+    # the first snapshot's end is not a re-snapshot's
+    assert not _commit(_look(), decision=fires).ghost_deletes
+    # a re-snapshot that starts and completes in one batch
+    both = Decision(state=SignalState(), fire=FIRED, start_resnapshot=True)
+    commit = _commit(_look(), decision=both)
+    assert commit.ghost_deletes and commit.start_resnapshot
+    assert not _commit(replace(_look(), replay=True), decision=both).start_resnapshot
+
+
+def test_a_table_nothing_was_routed_to_is_not_created_without_a_signal_or_alert():
+    nothing = Decision(state=SignalState())
+    assert not commits_anything(_plan(), nothing, NO_TABLE)
+    assert commits_anything(_plan(), nothing, _look())
+    assert commits_anything(_plan(), Decision(state=SignalState(), fire=FIRED), NO_TABLE)
+    pending = Decision(state=SignalState(pending=(FIRED,)))
+    assert commits_anything(_plan(), pending, NO_TABLE)
+    assert commits_anything(_plan(), Decision(state=nothing.state, alert_changed=True), NO_TABLE)
+
+
+def test_the_look_reads_the_newest_value_of_each_key_and_the_block_count_only_when_blocked():
+    metadata = [
+        {"lakehouse.reason": "marker"},
+        {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: ""},
+        {L.META_WATERMARK: "40", L.META_MAX_EVENT_TIME: "50", L.META_SCHEMA_BLOCKED_TOTAL: "7"},
+    ]
+    look = TargetLook.from_history(version=9, properties={}, replay=False, metadata=metadata)
+    assert (look.max_event_time_ms, look.watermark_ms, look.blocked_total) == (50, 90, 0)
+    blocked = {L.PROP_SCHEMA_BLOCK: json.dumps({"column": "x"})}
+    look = TargetLook.from_history(version=9, properties=blocked, replay=True, metadata=metadata)
+    assert look.blocked_total == 7 and look.replay and look.version == 9
+
+    read: list[int] = []
+
+    def lazily():
+        for i, m in enumerate(metadata * 20):
+            read.append(i)
+            yield m
+
+    TargetLook.from_history(version=9, properties={}, replay=False, metadata=lazily())
+    assert read == [0, 1, 2]  # stops once it has every value it wants
