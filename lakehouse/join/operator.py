@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters
-from lakehouse.errors import ConfigError, PendingBoundError, SchemaMismatchError
+from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.failpoints import failpoint
 from lakehouse.join import layout as J
 from lakehouse.join import probe as P
@@ -61,11 +61,11 @@ from lakehouse.join.state import (
     ReleasePlan,
     TableCommits,
     age_reference,
-    bound_alert,
     changes_nothing,
     decide,
     idle,
     needs_batch_max,
+    outcome,
     recover,
     releases_everything,
 )
@@ -414,41 +414,16 @@ class TemporalJoin:
         from pyspark.sql import functions as F
 
         o = self.options
-        alert = bound_alert(o.pipeline_id, plan, counts)
-        if alert is not None and o.on_pending_bound == "fail":
-            # before any write: the batch leaves no trace, a restart meets the same bound
-            raise PendingBoundError(
-                f"{alert}. on_pending_bound = 'fail' stopped the join before it wrote "
-                "anything. Raise the bound, set join.on_pending_bound = 'dead-letter' to move "
-                "the oldest rows to the dead-letter table, or get the build side moving (its "
-                "watermark holds the rows back; join.build_idle_timeout_ms for a quiet "
-                "dimension)",
-                setting="join.pending_max_age_ms"
-                if counts.evicted_age
-                else "join.pending_max_rows",
-            )
-        after = plan.after(pending_rows=counts.pending, evicted=counts.evicted, before=state)
-        expired_dead = counts.expired if o.expiry_policy == "dead-letter" else 0
-        dead_n = bad_n + counts.late + expired_dead + counts.evicted
-        released_expired = counts.expired - expired_dead
-        accounting: dict[str, Any] = {
-            J.META_ARRIVED: arrived,
-            J.META_RELEASED: counts.release + released_expired,
-            J.META_PENDING_ROWS: counts.pending,
-            J.META_DEAD_LETTERED: dead_n,
-            J.META_EVICTED: counts.evicted,
-        }
-        if alert is not None:
-            accounting[J.META_PENDING_BOUND_ALERT] = alert
-
-        if dead_n:
+        done = outcome(o, plan=plan, state=state, counts=counts, arrived=arrived, malformed=bad_n)
+        after, accounting = done.after, done.accounting
+        if done.dead_lettered:
             dead = self._staged_dead_letters(staged, parsed, plan, counts, bad_n)
             self._append_dead(dead, plan, after, look, counts=accounting)
 
         can_join = plan.build_version is not None
         released_n = matched_n = 0
         failpoint("join.before_output", plan.batch_id)
-        if can_join and counts.release + released_expired:
+        if can_join and done.released:
             joined = self._output(spark, staged, plan, look)
             seen = Observation(f"lakehouse-join-out-{o.pipeline_id}-{plan.batch_id}")
             observed = joined.observe(
@@ -476,7 +451,7 @@ class TemporalJoin:
                 released_n, matched_n = int(metrics["n"]), int(metrics["m"] or 0)
         failpoint("join.after_output", plan.batch_id)
 
-        if counts.pending or state.pending_rows:
+        if done.writes_pending:
             delta.overwrite(
                 R.kept(staged),
                 o.pending_table,
@@ -494,12 +469,12 @@ class TemporalJoin:
             pending=counts.pending,
             late=counts.late,
             expired=counts.expired,
-            dead_lettered=dead_n,
+            dead_lettered=done.dead_lettered,
             plan=plan,
             seconds=_since(started),
             replayed_plan=replayed,
             evicted=counts.evicted,
-            bound_alert=alert,
+            bound_alert=done.alert,
             committed=True,
         )
 

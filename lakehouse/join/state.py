@@ -12,6 +12,9 @@ then asks this module three questions:
 3. **How much work is it?** :func:`releases_everything` says when a batch provably releases
    every row it holds (the processing-time fast path: no pass over the rows to count them);
    :func:`idle` says when a batch has nothing to write at all.
+4. **What do its commits record?** Once the rows are staged and counted (:class:`BatchCounts`),
+   :func:`outcome` says what each write records (the state after the batch, the accounting,
+   the pending-bound alert) or refuses the batch before any write.
 
 Worked example (row time, bounded out-of-orderness 5 ms): the join has seen probe times up
 to 100, the build watermark is 90.
@@ -46,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakehouse.errors import SchemaMismatchError
+from lakehouse.errors import PendingBoundError, SchemaMismatchError
 from lakehouse.join import layout as J
 from lakehouse.join.build_channel import BuildChannelState
 from lakehouse.join.options import JoinOptions
@@ -586,4 +589,87 @@ def bound_alert(pipeline: str, plan: ReleasePlan, counts: BatchCounts) -> str | 
         f"pending bound hit by join '{pipeline}' batch {plan.batch_id}: "
         + "; ".join(parts)
         + f" (watermarks: combined {plan.combined}, probe {plan.probe}, build {plan.build})"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOutcome:
+    """What a counted batch's writes record (:func:`outcome`).
+
+    Attributes:
+        after: the join's state after the batch (in every commit).
+        released: rows the output gets: those the watermark releases, and expired rows
+            under the ``release`` expiry policy.
+        dead_lettered: rows the dead-letter table gets: malformed, late, expired under the
+            ``dead-letter`` expiry policy, and evicted by the pending bound.
+        alert: the pending-bound alert of the batch, if it hit the bound.
+        accounting: the counts every commit of the batch records (the quality report's
+            ledger: arrived = released + dead-lettered + pending, over the batches).
+        writes_pending: the pending table changes (rows wait now, or waited before).
+    """
+
+    after: JoinState
+    released: int
+    dead_lettered: int
+    alert: str | None
+    accounting: Mapping[str, Any]
+    writes_pending: bool
+
+
+def outcome(
+    options: JoinOptions,
+    *,
+    plan: ReleasePlan,
+    state: JoinState,
+    counts: BatchCounts,
+    arrived: int,
+    malformed: int,
+) -> BatchOutcome:
+    """What the batch's commits record, from its counts.
+
+    >>> from lakehouse.time import Watermark as W, WatermarkStatus as S
+    >>> options = JoinOptions(build_table="b", output_table="o", pending_table="p",
+    ...     dead_letter_table="d", pipeline_id="j", probe_schema="k string, t bigint",
+    ...     probe_key=("k",), probe_time="t", expiry_policy="dead-letter")
+    >>> plan = ReleasePlan(batch_id=3, build_version=1, combined=W(5), previous=W(5),
+    ...     probe=W(90), build=W(5), build_status=S.ACTIVE, probe_max_ts_ms=91,
+    ...     decided_at_ms=0)
+    >>> done = outcome(options, plan=plan, state=JoinState(pending_rows=4),
+    ...     counts=BatchCounts(total=10, release=5, late=1, expired=2), arrived=6, malformed=1)
+    >>> done.released, done.dead_lettered, done.after.pending_rows, done.writes_pending
+    (5, 4, 2, True)
+
+    Raises:
+        PendingBoundError: the batch hit the pending bound and ``on_pending_bound`` is
+            ``fail``: nothing may be written, so a restart meets the same bound.
+    """
+    alert = bound_alert(options.pipeline_id, plan, counts)
+    if alert is not None and options.on_pending_bound == "fail":
+        raise PendingBoundError(
+            f"{alert}. on_pending_bound = 'fail' stopped the join before it wrote "
+            "anything. Raise the bound, set join.on_pending_bound = 'dead-letter' to move "
+            "the oldest rows to the dead-letter table, or get the build side moving (its "
+            "watermark holds the rows back; join.build_idle_timeout_ms for a quiet "
+            "dimension)",
+            setting="join.pending_max_age_ms" if counts.evicted_age else "join.pending_max_rows",
+        )
+    expired_dead = counts.expired if options.expiry_policy == "dead-letter" else 0
+    released = counts.release + counts.expired - expired_dead
+    dead = malformed + counts.late + expired_dead + counts.evicted
+    accounting: dict[str, Any] = {
+        J.META_ARRIVED: arrived,
+        J.META_RELEASED: released,
+        J.META_PENDING_ROWS: counts.pending,
+        J.META_DEAD_LETTERED: dead,
+        J.META_EVICTED: counts.evicted,
+    }
+    if alert is not None:
+        accounting[J.META_PENDING_BOUND_ALERT] = alert
+    return BatchOutcome(
+        after=plan.after(pending_rows=counts.pending, evicted=counts.evicted, before=state),
+        released=released,
+        dead_lettered=dead,
+        alert=alert,
+        accounting=accounting,
+        writes_pending=bool(counts.pending or state.pending_rows),
     )

@@ -9,15 +9,17 @@ from helpers import join_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.errors import ConfigError, PendingBoundError, SchemaMismatchError
 from lakehouse.join.build_channel import BuildChannelState
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.state import (
+    BatchCounts,
     JoinState,
     ReleasePlan,
     TableCommits,
     decide,
     idle,
+    outcome,
     recover,
     releases_everything,
 )
@@ -278,3 +280,58 @@ def test_state_and_plan_survive_their_commit_metadata(batch, pending, evicted, t
     assert ReleasePlan.from_json(plan.to_json()) == plan
     ended = replace(_plan(batch, Watermark(7)), final=Watermark(2**63 - 1))
     assert ReleasePlan.from_json(ended.to_json()) == ended
+
+
+counts_strategy = st.builds(
+    lambda release, late, expired, age, rows, pending: BatchCounts(
+        total=release + late + expired + age + rows + pending,
+        release=release,
+        late=late,
+        expired=expired,
+        evicted_age=age,
+        evicted_rows=rows,
+    ),
+    *[st.integers(0, 50)] * 6,
+)
+
+
+@given(
+    counts=counts_strategy,
+    malformed=st.integers(0, 20),
+    expiry=st.sampled_from(["release", "dead-letter"]),
+    waited=st.integers(0, 50),
+)
+def test_every_candidate_row_is_released_dead_lettered_or_kept_exactly_once(
+    counts, malformed, expiry, waited
+):
+    options = _options(expiry_policy=expiry, on_pending_bound="dead-letter")
+    done = outcome(
+        options,
+        plan=_plan(4),
+        state=JoinState(pending_rows=waited),
+        counts=counts,
+        arrived=counts.total - waited,
+        malformed=malformed,
+    )
+    # the ledger the quality report checks, per batch
+    assert done.released + done.dead_lettered + counts.pending == counts.total + malformed
+    assert done.accounting["lakehouse.released"] == done.released
+    assert done.accounting["lakehouse.deadLettered"] == done.dead_lettered
+    assert done.accounting["lakehouse.pendingRows"] == done.after.pending_rows == counts.pending
+    assert done.after.evicted_total == counts.evicted
+    assert done.writes_pending == bool(counts.pending or waited)
+    assert (done.alert is None) == (counts.evicted == 0)
+    expired_out = counts.expired if expiry == "release" else 0
+    assert done.released == counts.release + expired_out
+
+
+def test_a_batch_over_the_pending_bound_is_refused_before_any_write_when_told_to_fail():
+    options = _options(on_pending_bound="fail", pending_max_rows=10)
+    plan = replace(_plan(4), pending_max_rows=10)
+    over = BatchCounts(total=12, evicted_rows=2)
+    with pytest.raises(PendingBoundError, match="on_pending_bound = 'fail'") as raised:
+        outcome(options, plan=plan, state=JoinState(), counts=over, arrived=12, malformed=0)
+    assert raised.value.setting == "join.pending_max_rows"
+    within = BatchCounts(total=10)
+    done = outcome(options, plan=plan, state=JoinState(), counts=within, arrived=10, malformed=0)
+    assert done.alert is None and "lakehouse.pendingBoundAlert" not in done.accounting
