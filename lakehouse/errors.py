@@ -52,6 +52,14 @@ class TableNotFoundError(LakehouseError):
         super().__init__(message)
         self.table_uri = table_uri
 
+    @classmethod
+    def at(cls, uri: str) -> TableNotFoundError:
+        """The error for a table that is not at ``uri``, with what to do."""
+        return cls(
+            f"no Delta table at '{uri}': check the path, or run the job that creates it first",
+            table_uri=uri,
+        )
+
 
 class WatermarkError(LakehouseError):
     """Raised when a watermark input breaks the valve's rules (for example a channel returning

@@ -42,11 +42,7 @@ class LogView:
     def require(self) -> LogView:
         """Return self; raise :class:`TableNotFoundError` when there is no table."""
         if not self.exists:
-            raise TableNotFoundError(
-                f"no Delta table at '{self.uri}': check the path, or run the job that creates "
-                "it first",
-                table_uri=self.uri,
-            )
+            raise TableNotFoundError.at(self.uri)
         return self
 
     def _entries(self, limit: int) -> dict[int, Any]:

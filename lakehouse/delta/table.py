@@ -179,11 +179,7 @@ class TableSnapshot:
     def require(self) -> TableSnapshot:
         """Return self; raise :class:`TableNotFoundError` when there is no table."""
         if not self.exists:
-            raise TableNotFoundError(
-                f"no Delta table at '{self.uri}': check the path, or run the job that creates "
-                "it first",
-                table_uri=self.uri,
-            )
+            raise TableNotFoundError.at(self.uri)
         return self
 
     def commit(self, version: int) -> CommitInfo | None:
