@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from lakehouse.join import JoinBatchReport
 
 
-def _wm_ms(ms: int) -> str:
+def watermark_text(ms: int) -> str:
+    """A watermark as progress lines show it: ``MIN`` or an ISO-8601 time."""
     return "MIN" if ms == WATERMARK_MIN else format_epoch_ms(ms)
 
 
@@ -52,7 +53,7 @@ def ingest_line(report: BatchReport) -> str:
             marker += f", [bold red]{t.schema_block}[/]"
         parts.append(
             f"{t.table_uri}: +{t.rows} versions (v{t.version}), {marker}, "
-            f"watermark {_wm_ms(t.watermark_ms)}"
+            f"watermark {watermark_text(t.watermark_ms)}"
         )
     parts.append(f"{report.seconds:.1f}s")
     return ", ".join(parts)
@@ -113,6 +114,6 @@ def describe_watermark(value: str | None) -> str:
         return "-"
     assert value is not None
     try:
-        return _wm_ms(int(value))
+        return watermark_text(int(value))
     except ValueError:
         return str(Watermark.from_dict(json.loads(value)))

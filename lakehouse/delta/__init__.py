@@ -5,6 +5,7 @@ decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's
 ``txnAppId``/``txnVersion``) and reads pinned versions with :func:`read`.
 """
 
+from lakehouse.delta._engine import LOG_READS as LOG_READS
 from lakehouse.delta.table import NAMESPACE as NAMESPACE
 from lakehouse.delta.table import CommitInfo as CommitInfo
 from lakehouse.delta.table import TableSnapshot as TableSnapshot

@@ -298,7 +298,7 @@ def _end_input(spark: Any, cfg: dict[str, Any], stats: _Stats, console: Console)
 
 def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
     def on_batch(report: Any) -> None:
-        from lakehouse.progress import _wm_ms
+        from lakehouse.progress import watermark_text
 
         with stats.lock:
             stats.ingest_batches += int(not report.skipped)
@@ -307,7 +307,7 @@ def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
             stats.tombstones += report.tombstones
             for t in report.targets:
                 stats.versions += t.rows
-                stats.build_watermark = _wm_ms(t.watermark_ms)
+                stats.build_watermark = watermark_text(t.watermark_ms)
                 if t.marker_set_now:
                     stats.marker = f"set in batch {report.batch_id}"
                     stats.log.append(

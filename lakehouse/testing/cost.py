@@ -9,7 +9,7 @@ Used by the tests that hold the per-batch cost down and by the benchmarks that r
 Jobs are counted through a Spark job group set for the block (jobs Delta starts on its own
 threads inherit it); a job whose description starts with ``Delta:`` is Delta rebuilding a
 table's state from its log (file list, app transactions), the rest are lakehouse's own.
-Log reads are :data:`lakehouse.delta._engine.LOG_READS`: each ``DeltaLog.update`` lakehouse
+Log reads are :data:`lakehouse.delta.LOG_READS`: each ``DeltaLog.update`` lakehouse
 asks for.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from lakehouse.delta import _engine
+from lakehouse import delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,7 +48,7 @@ class BatchCost:
 
     def __enter__(self) -> BatchCost:
         self._group = f"lakehouse-cost-{next(_groups)}"
-        self._reads = Counter(_engine.LOG_READS)
+        self._reads = Counter(delta.LOG_READS)
         self.spark.sparkContext.setJobGroup(self._group, self._group)
         return self
 
@@ -74,7 +74,7 @@ class BatchCost:
                 self.delta_jobs += 1
             else:
                 self.jobs += 1
-        after = Counter(_engine.LOG_READS)
+        after = Counter(delta.LOG_READS)
         self.log_reads = {
             uri: n - self._reads[uri] for uri, n in after.items() if n > self._reads[uri]
         }
