@@ -60,6 +60,23 @@ class TargetPlan:
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
 
 
+def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Records per kind, and errors per error kind, from :func:`summarise`'s first answer.
+
+    >>> count_kinds([{"_kind": "change", "_error_kind": None, "n": 3},
+    ...     {"_kind": "error", "_error_kind": "invalid_json", "n": 1},
+    ...     {"_kind": "change", "_error_kind": None, "n": 2}])
+    ({'change': 5, 'error': 1}, {'invalid_json': 1})
+    """
+    kinds: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for r in summary:
+        kinds[r["_kind"]] = kinds.get(r["_kind"], 0) + r["n"]
+        if r["_kind"] == "error":
+            errors[r["_error_kind"]] = errors.get(r["_error_kind"], 0) + r["n"]
+    return kinds, errors
+
+
 def summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]:
     """One Spark job for everything the driver decides from, returned three ways:
 

@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
@@ -68,6 +68,7 @@ from lakehouse.dimension.marker import (
 )
 from lakehouse.dimension.plan import (
     TargetPlan,
+    count_kinds,
     empty_like,
     lineage_schema,
     plan_target,
@@ -311,64 +312,18 @@ class BuildSink:
         batch_id: int,
         started: float,
     ) -> BatchReport:
-        from pyspark.sql import functions as F
-
+        """Plan each target, write the dead letters, then decide and commit each target."""
         summary, data_ends, groups = summarise(decoded)
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
-
-        kinds: dict[str, int] = {}
-        errors_by_kind: dict[str, int] = {}
-        for r in summary:
-            kinds[r["_kind"]] = kinds.get(r["_kind"], 0) + r["n"]
-            if r["_kind"] == "error":
-                errors_by_kind[r["_error_kind"]] = errors_by_kind.get(r["_error_kind"], 0) + r["n"]
+        kinds, errors_by_kind = count_kinds(summary)
         if signals.invalid:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
-
-        rejected: list[DataFrame] = [
-            self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)
+        plans = [
+            self._plan(decoded, target, changes, ddl_events, batch_id) for target in self.targets
         ]
-        if signals.invalid and signal_df is not None:
-            rejected.append(self._invalid_signals(signal_df, signals, batch_id))
-        plans: list[TargetPlan] = []
-        routed = 0
-        for target in self.targets:
-            mine = [
-                r
-                for r in changes
-                if target.source_table is None or r["_source_table"] == target.source_table
-            ]
-            routed += sum(r["n"] for r in mine)
-            block = None
-            if delta.table_exists(target.table_uri):
-                block = open_block(delta.get_properties(target.table_uri))
-            if block is not None and block.batch_id >= batch_id:
-                block = None  # the batch that met the block (a replay): decide as it did
-            plan = plan_target(decoded, target, mine, batch_id, block=block)
-            plan.schema_changes = [
-                d
-                for d in ddl_events
-                if target.source_table is None or target.source_table in d["tables"]
-            ]
-            plans.append(plan)
-            if plan.rejected is not None:
-                rejected.append(self._dead_letters(plan.rejected, batch_id))
-
-        dead = rejected[0]
-        for extra in rejected[1:]:
-            dead = dead.unionByName(extra)
-        # errors counted already (the summary, the signals): no job to look for them
-        known = kinds.get("error", 0) + len(signals.invalid) + sum(p.rejected_count for p in plans)
-        dead_result = append_dead_letters(
-            dead,
-            self.dead_letter_table,
-            app_id=self.pipeline_id,
-            batch_id=batch_id,
-            known_rows=known > 0,
-        )
-        dead_count = dead_result.rows if dead_result is not None else 0
+        dead_count = self._write_dead_letters(decoded, signal_df, signals, plans, kinds, batch_id)
         failpoint("ingest.after_dead_letters", batch_id)
 
         # Data offsets consumed once this batch is committed (signal topics left out).
@@ -377,66 +332,14 @@ class BuildSink:
         planned = {t: p for t, p in (planned or {}).items() if t not in self.signal_topics}
         positions = merge_offsets(*(s.positions for _, s in priors.values()), data_ends, planned)
         probe = _once(self.offsets_probe)
-
         reports = []
         for plan in plans:
-            target = plan.target
-            evidence = BatchEvidence(
-                rows=tuple(
-                    RowGroup(
-                        r["topic"],
-                        int(r["partition"]),
-                        r["_snapshot_phase"] or "false",
-                        int(r["n"]),
-                        int(r["o"]),
-                        None if r["ts"] is None else int(r["ts"]),
-                        max_seq=r["seq"],
-                        max_source_ts_ms=r["src_ts"],
-                    )
-                    for r in groups
-                    if target.source_table is None or r["_source_table"] == target.source_table
-                ),
-                notifications=tuple(
-                    n
-                    for n in signals.notifications
-                    if n.topic == target.snapshot.notification_topic
-                ),
-                heartbeats=tuple(
-                    h for h in signals.heartbeats if h.topic == target.snapshot.heartbeat_topic
-                ),
+            decision = self._decide_signals(
+                plan.target, groups, signals, priors, positions, probe, batch_id
             )
-            uri = target.table_uri
-            props = delta.get_properties(uri) if delta.table_exists(uri) else {}
-            blob_version, blob = priors[uri]
-            if blob_version is not None and self._already_committed(target, batch_id):
-                blob = SignalState()  # this batch's own bookkeeping: the write is skipped
-            decision = decide(
-                phase=phase_of(props),
-                prior=blob,
-                batch=evidence,
-                options=target.snapshot,
-                source_table=target.source_table,
-                batch_id=batch_id,
-                positions=positions,
-                probe=probe,
-                marker_signal=props.get(L.PROP_SNAPSHOT_SIGNAL),
-                completed_at_ms=iso_to_ms(props.get(L.PROP_SNAPSHOT_COMPLETED_AT)),
-            )
-            for why in decision.ignored:
-                log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
             reports.append(self._commit_target(plan, decision, batch_id, end_offsets))
-        routed_ddl = {
-            id(d) for p in plans for d in p.schema_changes if delta.table_exists(p.target.table_uri)
-        }
-        for d in ddl_events:
-            if id(d) not in routed_ddl:
-                log.info(
-                    "batch %d: schema change of %s not recorded in a build table (no configured "
-                    "table with rows for it yet): %s",
-                    batch_id,
-                    ", ".join(d["tables"]) or "an unknown table",
-                    d["ddl"],
-                )
+        _log_unrouted_ddl(ddl_events, plans, batch_id)
+        routed = sum(r["n"] for p in plans for r in changes if _routes(p.target, r))
         return BatchReport(
             batch_id=batch_id,
             records=sum(kinds.values()),
@@ -452,6 +355,114 @@ class BuildSink:
             errors_by_kind=errors_by_kind,
             signal_records=signals.count,
         )
+
+    def _plan(
+        self,
+        decoded: DataFrame,
+        target: BuildTarget,
+        changes: list[dict[str, Any]],
+        ddl_events: list[dict[str, Any]],
+        batch_id: int,
+    ) -> TargetPlan:
+        """The batch's rows for one target (:func:`plan_target`), under its open schema block."""
+        block = None
+        if delta.table_exists(target.table_uri):
+            block = open_block(delta.get_properties(target.table_uri))
+        if block is not None and block.batch_id >= batch_id:
+            block = None  # the batch that met the block (a replay): decide as it did
+        mine = [r for r in changes if _routes(target, r)]
+        plan = plan_target(decoded, target, mine, batch_id, block=block)
+        plan.schema_changes = [
+            d
+            for d in ddl_events
+            if target.source_table is None or target.source_table in d["tables"]
+        ]
+        return plan
+
+    def _write_dead_letters(
+        self,
+        decoded: DataFrame,
+        signal_df: DataFrame | None,
+        signals: _Signals,
+        plans: Sequence[TargetPlan],
+        kinds: Mapping[str, int],
+        batch_id: int,
+    ) -> int:
+        """Append the batch's rejected records (undecodable, unreadable signals, refused by a
+        target's plan) to the dead-letter table, in one commit; returns how many."""
+        from pyspark.sql import functions as F
+
+        rejected = [self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)]
+        if signals.invalid and signal_df is not None:
+            rejected.append(self._invalid_signals(signal_df, signals, batch_id))
+        rejected += [self._dead_letters(p.rejected, batch_id) for p in plans if p.rejected]
+        dead = rejected[0]
+        for extra in rejected[1:]:
+            dead = dead.unionByName(extra)
+        # errors counted already (the summary, the signals): no job to look for them
+        known = kinds.get("error", 0) + len(signals.invalid) + sum(p.rejected_count for p in plans)
+        result = append_dead_letters(
+            dead,
+            self.dead_letter_table,
+            app_id=self.pipeline_id,
+            batch_id=batch_id,
+            known_rows=known > 0,
+        )
+        return result.rows if result is not None else 0
+
+    def _decide_signals(
+        self,
+        target: BuildTarget,
+        groups: list[dict[str, Any]],
+        signals: _Signals,
+        priors: Mapping[str, tuple[int | None, SignalState]],
+        positions: Offsets,
+        probe: OffsetsProbe | None,
+        batch_id: int,
+    ) -> Decision:
+        """What the batch does to one target's marker (:func:`~.signals.decide`)."""
+        evidence = BatchEvidence(
+            rows=tuple(
+                RowGroup(
+                    r["topic"],
+                    int(r["partition"]),
+                    r["_snapshot_phase"] or "false",
+                    int(r["n"]),
+                    int(r["o"]),
+                    None if r["ts"] is None else int(r["ts"]),
+                    max_seq=r["seq"],
+                    max_source_ts_ms=r["src_ts"],
+                )
+                for r in groups
+                if _routes(target, r)
+            ),
+            notifications=tuple(
+                n for n in signals.notifications if n.topic == target.snapshot.notification_topic
+            ),
+            heartbeats=tuple(
+                h for h in signals.heartbeats if h.topic == target.snapshot.heartbeat_topic
+            ),
+        )
+        uri = target.table_uri
+        props = delta.get_properties(uri) if delta.table_exists(uri) else {}
+        blob_version, blob = priors[uri]
+        if blob_version is not None and self._already_committed(target, batch_id):
+            blob = SignalState()  # this batch's own bookkeeping: the write is skipped
+        decision = decide(
+            phase=phase_of(props),
+            prior=blob,
+            batch=evidence,
+            options=target.snapshot,
+            source_table=target.source_table,
+            batch_id=batch_id,
+            positions=positions,
+            probe=probe,
+            marker_signal=props.get(L.PROP_SNAPSHOT_SIGNAL),
+            completed_at_ms=iso_to_ms(props.get(L.PROP_SNAPSHOT_COMPLETED_AT)),
+        )
+        for why in decision.ignored:
+            log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
+        return decision
 
     def _dead_letters(self, rows: DataFrame, batch_id: int) -> DataFrame:
         from pyspark.sql import functions as F
@@ -700,3 +711,26 @@ def _row_stats(rows: DataFrame | None) -> RowStats:
         count=int(agg["n"]),
         max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
     )
+
+
+def _routes(target: BuildTarget, group: Mapping[str, Any]) -> bool:
+    """Whether a summary group's changes go to ``target``."""
+    return target.source_table is None or group["_source_table"] == target.source_table
+
+
+def _log_unrouted_ddl(
+    ddl_events: Sequence[Mapping[str, Any]], plans: Sequence[TargetPlan], batch_id: int
+) -> None:
+    """Log the schema changes no build table records (no configured table with rows yet)."""
+    routed = {
+        id(d) for p in plans for d in p.schema_changes if delta.table_exists(p.target.table_uri)
+    }
+    for d in ddl_events:
+        if id(d) not in routed:
+            log.info(
+                "batch %d: schema change of %s not recorded in a build table (no configured "
+                "table with rows for it yet): %s",
+                batch_id,
+                ", ".join(d["tables"]) or "an unknown table",
+                d["ddl"],
+            )
