@@ -4,9 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The oldest Spark line lakehouse supports (Databricks Runtime 17): a second environment with
+# the same pins except these, for the join and source tests (pyproject.toml, [spark] extra)
+VENV40 := .venv-spark40
+SPARK40_PINS := pyspark==4.0.0 delta-spark==4.0.0
+STAMP40 := $(VENV40)/.installed
 # JVM artifacts (delta-spark, Spark's Kafka source, a Kafka broker, Kafka Connect with Debezium's
-# PostgreSQL connector), from the pinned poms in jvm/
+# PostgreSQL connector), from the pinned poms in jvm/; spark-4.0: the same for Spark 4.0
 JVM_STAMP := .jvm/.installed
+# The tests that run again on Spark 4.0: the join (both paths) and the sources
+TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
+	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py
 
 .PHONY: demo test lint bench soak smoke jvm clean-venv
 
@@ -15,12 +23,20 @@ $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python 3.11+ is required, found " + sys.version.split()[0] + ". fix: run make with PYTHON=/path/to/python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[spark,dev]'
 	@touch $(STAMP)
 
-$(JVM_STAMP): jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml scripts/fetch_jvm.sh
+$(STAMP40): pyproject.toml constraints.txt Makefile
+	@test -x $(VENV40)/bin/python || $(PYTHON) -m venv $(VENV40)
+	$(VENV40)/bin/python -m pip install --quiet --upgrade pip
+	@grep -vE '^(pyspark|delta-spark)==' constraints.txt > $(VENV40)/constraints.txt
+	@printf '%s\n' $(SPARK40_PINS) >> $(VENV40)/constraints.txt
+	$(VENV40)/bin/python -m pip install --quiet -c $(VENV40)/constraints.txt -e '.[spark,dev]'
+	@touch $(STAMP40)
+
+$(JVM_STAMP): jvm/spark/pom.xml jvm/spark-4.0/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml scripts/fetch_jvm.sh
 	@scripts/check_java.sh
-	@scripts/fetch_jvm.sh spark kafka connect
+	@scripts/fetch_jvm.sh spark spark-4.0 kafka connect
 	@touch $(JVM_STAMP)
 
 jvm: $(JVM_STAMP)
@@ -28,9 +44,10 @@ jvm: $(JVM_STAMP)
 demo: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
-test: $(STAMP) $(JVM_STAMP)
+test: $(STAMP) $(STAMP40) $(JVM_STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(TESTS40)
 
 lint: $(STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
@@ -47,4 +64,4 @@ smoke: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse smoke
 
 clean-venv:
-	rm -rf $(VENV) .jvm
+	rm -rf $(VENV) $(VENV40) .jvm

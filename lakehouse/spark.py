@@ -129,6 +129,36 @@ def jvm_dir() -> Path:
     return Path(configured) if configured else Path(__file__).resolve().parents[1] / ".jvm"
 
 
+def _pyspark_line() -> str:
+    """``major.minor`` of the installed pyspark (``4.2``)."""
+    import pyspark
+
+    return ".".join(pyspark.__version__.split(".")[:2])
+
+
+def spark_jar_folder() -> Path:
+    """The folder of delta-spark's and the Kafka source's jars for the running pyspark:
+    ``<jvm dir>/spark-<major.minor>`` where ``make`` fetched jars for that Spark line
+    (``jvm/spark-4.0/pom.xml``), else ``<jvm dir>/spark`` (``jvm/spark/pom.xml``, the pinned
+    one)."""
+    line = jvm_dir() / f"spark-{_pyspark_line()}"
+    return line if line.is_dir() else jvm_dir() / "spark"
+
+
+def _check_jar_line(folder: Path, jars: Iterable[str]) -> None:
+    """Refuse jars built for another Spark line than the running pyspark's: Spark's Kafka
+    source is released with Spark, and a mismatch fails deep inside the first query."""
+    running = _pyspark_line()
+    for jar in jars:
+        found = re.match(r"spark-sql-kafka-0-10_[\d.]+-(\d+\.\d+)\.", os.path.basename(jar))
+        if found and found.group(1) != running:
+            raise EnvironmentSetupError(
+                f"the jars in '{folder}' are for Spark {found.group(1)}, but this pyspark is "
+                f"{running}: fetch the jars of Spark {running} (make jvm; jvm/ has a pom per "
+                "Spark line) or install the pyspark they were fetched for"
+            )
+
+
 def _spark_home_jars() -> list[str]:
     import pyspark
 
@@ -174,9 +204,9 @@ def _split_paths(value: str | None, sep: str) -> list[str]:
 def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """The settings a new session needs so that delta-spark and Spark's Kafka source load.
 
-    Adds the jars of ``.jvm/spark`` to ``spark.jars`` only when the classpath Spark would start
-    with (its own jars, ``spark.jars``, ``spark.driver.extraClassPath``) lacks the classes,
-    and Delta's SQL extension and catalog unless ``conf`` names other ones.
+    Adds the jars of :func:`spark_jar_folder` to ``spark.jars`` only when the classpath Spark
+    would start with (its own jars, ``spark.jars``, ``spark.driver.extraClassPath``) lacks the
+    classes, and Delta's SQL extension and catalog unless ``conf`` names other ones.
 
     Raises:
         EnvironmentSetupError: a class is missing and ``make`` has not fetched the jars.
@@ -190,15 +220,23 @@ def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
     missing = [c for c in _REQUIRED_CLASSES if not classpath_has(c, classpath)]
     out: dict[str, str] = {}
     if missing:
-        folder = jvm_dir() / "spark"
+        folder = spark_jar_folder()
         extra = sorted(glob.glob(str(folder / "*.jar")))
+        _check_jar_line(folder, extra)
         still = [c for c in missing if not classpath_has(c, extra)]
         if still:
             names = ", ".join(_REQUIRED_CLASSES[c] for c in still)
+            in_checkout = (Path(__file__).resolve().parents[1] / "pyproject.toml").exists()
+            where = (
+                "lakehouse is installed from a wheel, which carries no jars; "
+                if not in_checkout and "LAKEHOUSE_JVM_DIR" not in os.environ
+                else f"'{folder}' does not have the jars; run 'make jvm' in the checkout "
+                "(Maven fetches them from Maven Central), "
+            )
             raise EnvironmentSetupError(
-                f"Spark's classpath lacks {names} and '{folder}' does not have the jars; run "
-                "'make jvm' in the checkout (Maven fetches them from Maven Central), set "
-                "LAKEHOUSE_JVM_DIR to a folder that has them, or give them in spark.jars"
+                f"Spark's classpath lacks {names} and {where}set LAKEHOUSE_JVM_DIR to a "
+                "folder whose spark/ has them (make jvm fills .jvm/ of a checkout from "
+                "jvm/spark/pom.xml), or give them in spark.jars; a Databricks runtime has them"
             )
         out["spark.jars"] = ",".join([*jars, *extra])
     for key, value in DELTA_SESSION_CONF.items():
@@ -264,7 +302,15 @@ def get_spark(
     Raises:
         EnvironmentSetupError: Java is missing or older than 17.
     """
-    from pyspark.sql import SparkSession
+    try:
+        import delta.tables  # noqa: F401  (delta-spark's Python API: lakehouse writes with it)
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        raise EnvironmentSetupError(
+            f"{e.name} is not installed in this Python ({sys.executable}): install lakehouse "
+            "with Spark, pip install 'lakehouse-temporal-join[spark]', or run it where Spark "
+            "is (a Databricks runtime has pyspark and delta-spark)"
+        ) from e
 
     # Python workers must run the interpreter (and virtualenv) the job runs in; otherwise
     # Spark starts whatever `python3` is first on PATH, which may lack pyarrow or lakehouse.

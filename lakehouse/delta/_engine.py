@@ -71,7 +71,16 @@ def installed(log: Any) -> Any:
 
 def snapshot_at(spark: SparkSession, log: Any, version: int) -> Any:
     """The snapshot of ``version`` (``DeltaLog.getSnapshotAt``)."""
-    return log.getSnapshotAt(version, _none(spark), _none(spark), False)
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    try:
+        return log.getSnapshotAt(version, _none(spark), _none(spark), False)
+    except Py4JError as e:
+        # only py4j's own "Method ... does not exist" (a Java exception is Delta's answer)
+        if isinstance(e, Py4JJavaError) or "does not exist" not in str(e):
+            raise
+        # delta-spark 4.0 (Spark 4.0): (version, checkpoint hint, catalog table), no flag
+        return log.getSnapshotAt(version, _none(spark), _none(spark))
 
 
 def commit_files(snapshot: Any) -> dict[int, Any]:

@@ -472,9 +472,13 @@ def _first_line(e: BaseException) -> str:
 
 def spark_schema_to_arrow(schema: StructType) -> Any:
     """Convert a Spark schema to Arrow (timestamps as UTC µs), as Delta stores them."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)  # pyspark 4.0: timestamp_utc=True, the same schema
 
 
 def check_compatible(

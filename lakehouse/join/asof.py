@@ -24,7 +24,9 @@ same rows (``tests/integration/test_join_paths.py`` runs both against the refere
   ``sameSemantics`` against a scan of its ``inputFiles()``), every file opened by pyarrow on
   the driver (whose parquet footers also give the row count), at most
   :data:`NARROW_MAX_BUILD_ROWS` rows (each worker holds the whole index; override with the
-  Spark conf :data:`NARROW_MAX_BUILD_ROWS_CONF`), and pyspark 4.1+ (``arrow_udf``).
+  Spark conf :data:`NARROW_MAX_BUILD_ROWS_CONF`). pyspark 4.0 has no ``arrow_udf``: there
+  the same lookup runs in ``mapInArrow``, which also carries the probe columns through
+  Python (:func:`_map_narrow`); still no shuffle.
   5M probe rows x 1M keys x 5 versions: figures in ``bench/README.md``.
 * **Shuffle** (the fallback: a build that is an arbitrary DataFrame, one pyarrow cannot open
   such as ``dbfs:/`` paths, or one larger than the bound). Both sides are hashed on the key
@@ -290,19 +292,17 @@ def plan_narrow(
     :func:`lakehouse.delta.read` returns for a pinned version), pyarrow can open every file
     (``pyarrow.fs.FileSystem.from_uri``: local paths, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``
     with the matching credentials on the workers; not ``dbfs:/`` or Hadoop's ``s3a://``),
-    the files hold at most :data:`NARROW_MAX_BUILD_ROWS` rows (or the value of
-    :data:`NARROW_MAX_BUILD_ROWS_CONF`), and this pyspark has ``arrow_udf`` (4.1+).
+    and the files hold at most :data:`NARROW_MAX_BUILD_ROWS` rows (or the value of
+    :data:`NARROW_MAX_BUILD_ROWS_CONF`). Without ``arrow_udf`` (pyspark 4.0) it runs in
+    ``mapInArrow`` instead (:func:`_map_narrow`).
 
     Returns:
         ``(plan, "")`` when it can, ``(None, reason)`` when it cannot.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     from lakehouse.delta import spark_schema_to_arrow
 
-    if not hasattr(F, "arrow_udf"):
-        return None, "this pyspark has no arrow_udf (4.1+)"
     conf = build.sparkSession.conf.get(NARROW_MAX_BUILD_ROWS_CONF, None)
     limit = NARROW_MAX_BUILD_ROWS if conf is None else int(conf)
     if limit <= 0:
@@ -391,7 +391,6 @@ def _join_narrow(
     each row up in an index of the whole build that the Python worker reads itself (see the
     module docstring); the probe columns stay in the JVM."""
     from pyspark.sql import functions as F
-    from pyspark.sql.functions import ArrowUDFType
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     n_values = len(narrow.value_columns)
@@ -403,21 +402,77 @@ def _join_narrow(
             StructField("_m", BooleanType(), True),
         ]
     )
-    with warnings.catch_warnings():
-        # pyspark prefers type hints to the explicit type; the lookup is a callable object
-        warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
-        udf = F.arrow_udf(_NarrowLookup(narrow), result_type, ArrowUDFType.SCALAR_ITER)
-    joined = released.select(
-        *[F.col(n) for n in probe_names],
-        udf(*keys, F.col(PROBE_TIME_US)).alias("_asof"),
-    )
+    if hasattr(F, "arrow_udf"):
+        from pyspark.sql.functions import ArrowUDFType
+
+        with warnings.catch_warnings():
+            # pyspark prefers type hints to the explicit type; the lookup is a callable object
+            warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
+            udf = F.arrow_udf(_NarrowLookup(narrow), result_type, ArrowUDFType.SCALAR_ITER)
+        joined = released.select(
+            *[F.col(n) for n in probe_names],
+            udf(*keys, F.col(PROBE_TIME_US)).alias("_asof"),
+        )
+        looked_up = [f"_asof.{f.name}" for f in result_type.fields]
+    else:
+        joined = _map_narrow(released, keys, narrow, probe_names=probe_names, looked=result_type)
+        looked_up = [f.name for f in result_type.fields]
     columns = [
         *[F.col(n) for n in probe_names],
-        *[F.col(f"_asof._v{i}") for i in range(n_values)],
-        F.col("_asof._t"),
-        F.coalesce(F.col("_asof._m"), F.lit(False)),  # never NULL: keeps the column non-null
+        *[F.col(c) for c in looked_up[:-1]],
+        F.coalesce(F.col(looked_up[-1]), F.lit(False)),  # never NULL: keeps the column non-null
     ]
     return joined.select(*[c.alias(f.name) for c, f in zip(columns, schema.fields, strict=True)])
+
+
+def _map_narrow(
+    released: DataFrame,
+    keys: Sequence[Column],
+    narrow: NarrowBuild,
+    *,
+    probe_names: Sequence[str],
+    looked: StructType,
+) -> DataFrame:
+    """The narrow path where pyspark has no ``arrow_udf`` (4.0): the same lookup in
+    ``mapInArrow``, still without a shuffle. The probe columns travel to the Python worker
+    and back with the keys (the Arrow UDF sends only keys and times), so a wide probe row
+    costs more here; the build index is the same worker-level cache."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from lakehouse.delta import spark_schema_to_arrow
+
+    staged = released.select(
+        *[F.col(n) for n in probe_names],
+        *[k.alias(f"_nk{i}") for i, k in enumerate(keys)],
+        F.col(PROBE_TIME_US).alias("_npt"),
+    )
+    out = StructType([*[staged.schema[n] for n in probe_names], *looked.fields])
+    mapper = _NarrowMapper(narrow, len(probe_names), len(keys), spark_schema_to_arrow(out))
+    return staged.mapInArrow(mapper, out)
+
+
+class _NarrowMapper:
+    """The ``mapInArrow`` function of :func:`_map_narrow` (runs in the Python workers): each
+    batch of (probe columns..., keys..., time in µs) leaves as (probe columns..., value
+    columns..., start, matched)."""
+
+    def __init__(self, narrow: NarrowBuild, n_probe: int, n_keys: int, schema: pa.Schema) -> None:
+        self.narrow = narrow
+        self.n_probe = n_probe
+        self.n_keys = n_keys
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        indexed: _IndexedBuild | None = None
+        for batch in batches:
+            indexed = indexed or _WORKER_INDEXES.get(self.narrow)
+            lookup_columns = range(self.n_probe, self.n_probe + self.n_keys + 1)
+            found = indexed.lookup([batch.column(i) for i in lookup_columns])
+            columns = [batch.column(i) for i in range(self.n_probe)] + found.flatten()
+            yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 #: Narrow path: input batches are gathered to at least this many rows before a lookup

@@ -53,13 +53,25 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxFiles,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
+
+try:  # pyspark 4.1+: admission control and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxFiles,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+except ImportError:  # pyspark 4.0: latestOffset() takes no arguments, caps cannot be asked for
+    ADMISSION_CONTROL = False
+    ReadLimit = ReadAllAvailable = ReadMaxFiles = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Spark 4.0 has no such interface: an available-now run wraps the source and takes
+        the offset :meth:`FilesStreamReader.latestOffset` gives at its start as its end."""
+
 
 from lakehouse.errors import ConfigError, SourceError
 from lakehouse.sources._batches import RawBatchBuilder
@@ -141,6 +153,13 @@ class FilesSourceOptions:
             if max_files <= 0:
                 raise ConfigError(
                     f"option 'maxFilesPerTrigger' must be a positive integer, got {raw!r}.",
+                    setting="maxFilesPerTrigger",
+                )
+            if not ADMISSION_CONTROL:
+                raise ConfigError(
+                    "option 'maxFilesPerTrigger' (max_records_per_trigger of a files source) "
+                    "needs pyspark 4.1 or newer, whose Python sources can cap a micro-batch; "
+                    "remove it, or run on Spark 4.1+",
                     setting="maxFilesPerTrigger",
                 )
         topic = opts.get("topic") or os.path.basename(path.rstrip(os.sep))
@@ -296,22 +315,26 @@ class FilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         self._target = len(list_log_files(self._options.path))
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
         """Return the end of the next batch: all files listed now (capped by ``limit``).
 
         Runs on the driver (stream runner) once per trigger; not for a replayed batch.
+        pyspark 4.0 calls it without arguments (no start, no cap): the consumed prefix is
+        then checked when the batch is planned (:meth:`partitions`).
 
         Raises:
             SourceError: the directory is gone, a new file sorts before the consumed
                 prefix, or a consumed file was removed.
         """
-        count, last = _parse_offset(start)
+        count, last = _parse_offset(start) if start is not None else (0, None)
         names = list_log_files(self._options.path)
         self._check_consumed(names, count, last)
         self._known.update(names)
         available = len(names) if self._target is None else min(len(names), self._target)
         end = max(count, available)
-        if isinstance(limit, ReadMaxFiles):
+        if ADMISSION_CONTROL and isinstance(limit, ReadMaxFiles):
             end = min(end, count + limit.max_files)
         return _offset(names, end)
 

@@ -11,14 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from lakehouse.errors import ConfigError, SourceError
 from lakehouse.sources import read_files_stream
 from lakehouse.sources.files import (
+    ADMISSION_CONTROL,
     FileInputPartition,
     FilesSourceOptions,
     FilesStreamReader,
+    ReadAllAvailable,
+)
+
+#: A batch cap (maxFilesPerTrigger) is admission control, which Python sources have from
+#: pyspark 4.1 on; on 4.0 the option is refused (test_a_batch_cap_needs_pyspark_4_1).
+needs_admission_control = pytest.mark.skipif(
+    not ADMISSION_CONTROL, reason="pyspark 4.0: Python sources cannot cap a batch"
 )
 
 Collected = list[tuple[int, Any]]
@@ -50,7 +57,7 @@ def reader(directory: Path, **options: str) -> FilesStreamReader:
     return FilesStreamReader(FilesSourceOptions.from_options({"path": str(directory), **options}))
 
 
-ALL = ReadAllAvailable()
+ALL = ReadAllAvailable() if ADMISSION_CONTROL else None
 
 
 @pytest.mark.spark
@@ -102,6 +109,7 @@ def test_reads_files_incrementally_and_resumes_from_the_checkpoint(spark, tmp_pa
 
 
 @pytest.mark.spark
+@needs_admission_control
 def test_envelope_files_replay_a_captured_topic_in_file_batches(spark, tmp_path: Path):
     log = tmp_path / "capture"
     log.mkdir()
@@ -178,6 +186,16 @@ def test_a_removed_consumed_file_is_an_error(tmp_path: Path):
         source.latestOffset(consumed, ALL)
 
 
+def test_a_batch_cap_needs_pyspark_4_1(tmp_path: Path):
+    if ADMISSION_CONTROL:
+        assert reader(tmp_path, maxFilesPerTrigger="2").getDefaultReadLimit().max_files == 2
+    else:
+        with pytest.raises(ConfigError, match=r"needs pyspark 4\.1 or newer") as refused:
+            reader(tmp_path, maxFilesPerTrigger="2")
+        assert refused.value.setting == "maxFilesPerTrigger"
+
+
+@needs_admission_control
 def test_new_files_after_the_consumed_prefix_are_planned_one_task_each(tmp_path: Path):
     publish(tmp_path, "a.jsonl", ["1"])
     source = reader(tmp_path, maxFilesPerTrigger="2")
