@@ -76,8 +76,7 @@ def test_a_package_imports_only_what_sits_below_it(package):
     wrong = sorted(
         f"{where}: {module}"
         for where, module, _ in _imports(ROOT / "lakehouse" / package)
-        if (target := _package_of(module)) not in (None, package)
-        and target not in ALLOWED[package]
+        if (target := _package_of(module)) not in (None, package) and target not in ALLOWED[package]
     )
     assert not wrong, f"lakehouse.{package} imports above its layer: {wrong}"
 
