@@ -16,35 +16,21 @@ Usage: ``python -m bench.cluster '{"orders": 20000, "repeats": 2}'`` (prints a
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import emit
+from bench.measure import emit, timed_lakehouse
 
 
-def _config(tmp: Path, master: str, bootstrap: str, name: str) -> Path:
+def _config(tmp: Path, spark: str, bootstrap: str, name: str) -> Path:
     from lakehouse.demo.data import ORDER_SCHEMA
 
     cfg = tmp / f"{name}.toml"
-    cfg.write_text(f"""
-[spark]
-master = "{master}"
-
-[spark.conf]
-"spark.executor.memory" = "1g"
-"spark.executor.cores" = "1"
-"spark.cores.max" = "2"
-"spark.driver.host" = "127.0.0.1"
-"spark.driver.bindAddress" = "127.0.0.1"
-"spark.sql.shuffle.partitions" = "4"
-
+    cfg.write_text(f"""{spark}
 [kafka]
 bootstrap_servers = "{bootstrap}"
 
@@ -81,21 +67,6 @@ checkpoint = "{tmp}/state/{name}"
     return cfg
 
 
-def _lakehouse(*args: str) -> tuple[float, str]:
-    started = time.monotonic()
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COLUMNS": "4000"},  # one line per batch
-    )
-    seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"lakehouse {' '.join(args)} failed: {proc.stderr[-3000:]}")
-    return seconds, proc.stderr
-
-
 def _batch_seconds(stderr: str) -> float:
     """The sum of the ``join batch ...: ..., N.Ns`` durations the command printed."""
     return round(
@@ -128,14 +99,17 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
             create_topic(broker.bootstrap, "bench.orders", demo.order_partitions)
             produce(broker.bootstrap, "bench.rates", [r for w in demo.waves for r in w.cdc])
             produce(broker.bootstrap, "bench.orders", [r for w in demo.waves for r in w.orders])
-            masters = {"local[2]": "local[2]", "cluster": cluster.master_url}
-            _lakehouse("ingest", "-c", str(_config(tmp, "local[2]", broker.bootstrap, "ingest")))
+            local = (
+                '[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
+            )
+            masters = {"local[2]": local, "cluster": cluster.job_toml()}
+            timed_lakehouse("ingest", "-c", str(_config(tmp, local, broker.bootstrap, "ingest")))
             times: dict[str, list[tuple[float, float]]] = {m: [] for m in masters}
             for run in range(repeats):
                 for label, master in masters.items():
                     run_name = f"{'cluster' if label == 'cluster' else 'local'}{run}"
                     cfg = _config(tmp, master, broker.bootstrap, run_name)
-                    seconds, stderr = _lakehouse(
+                    seconds, stderr = timed_lakehouse(
                         "join", "-c", str(cfg), "--until-complete", "--build-complete"
                     )
                     times[label].append((round(seconds, 2), _batch_seconds(stderr)))

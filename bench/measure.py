@@ -181,6 +181,23 @@ def run_isolated(
     return Isolated(True, json.loads(lines[-1][len(RESULT_PREFIX) :]), peak, seconds)
 
 
+def timed_lakehouse(*args: str) -> tuple[float, str]:
+    """Run the installed ``lakehouse`` command as a person runs it (a new process, one line
+    per batch); returns its wall-clock seconds and its stderr. Raises when it fails."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "4000"},
+    )
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"lakehouse {' '.join(args)} failed: {proc.stderr[-3000:]}")
+    return seconds, proc.stderr
+
+
 def emit(result: Mapping[str, Any]) -> None:
     """Print the child's result line (the parent reads the last one)."""
     print(RESULT_PREFIX + json.dumps(result, default=_json_default), flush=True)

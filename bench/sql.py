@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import emit
+from bench.measure import emit, timed_lakehouse
 
 QUERIES = {
     "group_by": "SELECT currency, count(*) AS n, sum(amount) AS total FROM orders GROUP BY "
@@ -50,17 +48,7 @@ def _run(uri: str, engine: str, name: str) -> float:
     args = ["sql", "--engine", engine, "--table", f"orders={uri}", QUERIES[name]]
     if name == "as_of":
         args[1:1] = ["--as-of", "0"]
-    started = time.monotonic()
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"lakehouse sql --engine {engine} failed: {proc.stderr[-2000:]}")
-    return seconds
+    return timed_lakehouse(*args)[0]
 
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,20 @@ class SparkCluster:
         """``spark://127.0.0.1:PORT``: the ``spark.master`` of a job on this cluster."""
         return f"spark://127.0.0.1:{self.port}"
 
+    def job_toml(self, executor_memory: str = "1g") -> str:
+        """The ``[spark]`` section of a lakehouse configuration whose jobs run here: the
+        master, one executor of one core per worker, and the driver on loopback (where the
+        executors connect to it)."""
+        return (
+            f'[spark]\nmaster = "{self.master_url}"\n\n[spark.conf]\n'
+            f'"spark.executor.memory" = "{executor_memory}"\n'
+            '"spark.executor.cores" = "1"\n'
+            f'"spark.cores.max" = "{self.n_workers}"\n'
+            '"spark.driver.host" = "127.0.0.1"\n'
+            '"spark.driver.bindAddress" = "127.0.0.1"\n'
+            '"spark.sql.shuffle.partitions" = "4"\n'
+        )
+
     def _spawn(self, name: str, main: str, *args: str, work_dir: Path | None = None) -> _Daemon:
         log = self.directory / f"{name}.log"
         env = {

@@ -31,20 +31,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 ORDERS = 1200
 
 
-def _config(tmp: Path, master: str, bootstrap: str) -> Path:
+def _config(tmp: Path, spark: str, bootstrap: str) -> Path:
     cfg = tmp / "cluster.toml"
-    cfg.write_text(f"""
-[spark]
-master = "{master}"
-
-[spark.conf]
-"spark.executor.memory" = "1g"
-"spark.executor.cores" = "1"
-"spark.cores.max" = "2"
-"spark.driver.host" = "127.0.0.1"
-"spark.driver.bindAddress" = "127.0.0.1"
-"spark.sql.shuffle.partitions" = "4"
-
+    cfg.write_text(f"""{spark}
 [kafka]
 bootstrap_servers = "{bootstrap}"
 
@@ -100,7 +89,7 @@ def test_ingest_joins_and_report_on_a_cluster_survive_a_worker_killed_mid_batch(
     pyspark_home = next((installed_wheel.venv / "lib").glob("python3*/site-packages/pyspark"))
 
     with spark_cluster(tmp_path / "cluster", spark_home=pyspark_home, workers=2) as cluster:
-        cfg = _config(tmp_path, cluster.master_url, kafka_broker)
+        cfg = _config(tmp_path, cluster.job_toml(), kafka_broker)
         ingest = installed_wheel.run(["lakehouse", "ingest", "-c", str(cfg)], cwd=tmp_path)
         assert ingest.returncode == 0, ingest.stderr[-3000:]
         # the ingest's executors ran on the workers, not in the driver
