@@ -201,6 +201,7 @@ def _verify_join(
     from pyspark.sql import functions as F
 
     from lakehouse import delta
+    from lakehouse.join import layout as J
 
     figures = result.joins.setdefault(mode, JoinFigures())
     out_uri, pending_table, dead_uri = (
@@ -214,9 +215,9 @@ def _verify_join(
             "order_id",
             "currency",
             "rate",
-            "_matched",
-            "_build_version",
-            F.unix_millis("_build_event_time").alias("bt"),
+            J.MATCHED,
+            J.BUILD_VERSION,
+            F.unix_millis(J.BUILD_EVENT_TIME).alias("bt"),
         )
         .collect()
         if delta.table_exists(out_uri)
@@ -284,8 +285,8 @@ def _verify_join(
     for r in out:
         if r["order_id"] in actual:
             continue  # counted as duplicated above
-        actual[r["order_id"]] = (_rate(r["rate"]), r["bt"]) if r["_matched"] else None
-        versions_of[r["order_id"]] = r["_build_version"]
+        actual[r["order_id"]] = (_rate(r["rate"]), r["bt"]) if r[J.MATCHED] else None
+        versions_of[r["order_id"]] = r[J.BUILD_VERSION]
     if mode == "rowtime":
         _check_rowtime(tables, changes, valid, actual, set(pending), figures, result)
     else:

@@ -19,6 +19,7 @@ from lakehouse.cli._shared import (
 from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
 from lakehouse.errors import ConfigError, UnsupportedTableError
+from lakehouse.join import layout as J
 
 # ---------------------------------------------------------------------------------- status
 
@@ -66,19 +67,19 @@ def status(
         )
         summary.add_row("build watermark", describe_watermark(wm))
         _schema_rows(summary, table, props, history)
-    pending = next((h.metadata for h in history if "lakehouse.pendingRows" in h.metadata), None)
+    pending = next((h.metadata for h in history if J.META_PENDING_ROWS in h.metadata), None)
     if pending is not None:
         import json
 
         summary.add_row("kind", "pending table")
-        summary.add_row("pending backlog", pending["lakehouse.pendingRows"])
-        state = json.loads(pending.get("lakehouse.state", "{}"))
+        summary.add_row("pending backlog", pending[J.META_PENDING_ROWS])
+        state = json.loads(pending.get(J.META_STATE, "{}"))
         if "combined" in state:
             summary.add_row("combined watermark", describe_watermark(json.dumps(state["combined"])))
         if state.get("evictedTotal"):
             summary.add_row("evicted by the pending bound", str(state["evictedTotal"]))
         alert = next(
-            (h.metadata for h in history if h.metadata.get("lakehouse.pendingBoundAlert")), None
+            (h.metadata for h in history if h.metadata.get(J.META_PENDING_BOUND_ALERT)), None
         )
         if alert is not None:
             summary.add_row(

@@ -6,6 +6,8 @@ decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's
 """
 
 from lakehouse.delta._engine import LOG_READS as LOG_READS
+from lakehouse.delta.table import META_OPERATION as META_OPERATION
+from lakehouse.delta.table import META_REASON as META_REASON
 from lakehouse.delta.table import NAMESPACE as NAMESPACE
 from lakehouse.delta.table import CommitInfo as CommitInfo
 from lakehouse.delta.table import TableSnapshot as TableSnapshot

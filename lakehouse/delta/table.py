@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
 #: Prefix of every key lakehouse writes into table properties and commit metadata.
 NAMESPACE = "lakehouse."
+#: Commit metadata: why a commit that is not a batch's was made (the history shows it).
+META_REASON = NAMESPACE + "reason"
+#: Commit metadata: the maintenance operation of a commit (``compact``, ``vacuum``).
+META_OPERATION = NAMESPACE + "operation"
 
 log = logging.getLogger("lakehouse.delta")
 
@@ -1001,7 +1005,7 @@ def compact_files(uri: str, *, spark: SparkSession | None = None) -> int | None:
     version, or None when there was nothing to compact (Delta then commits nothing)."""
     spark = _session(spark)
     before = snapshot(uri, spark=spark).require().version
-    with _sql_metadata(spark, {"lakehouse.reason": "compacted small files"}):
+    with _sql_metadata(spark, {META_REASON: "compacted small files"}):
         spark.sql(f"OPTIMIZE {_quote(uri)}")
     after = _after_write(spark, uri).version
     return after if after > before else None
@@ -1038,7 +1042,7 @@ def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame
         widen_columns(
             uri,
             wider,
-            metadata={"lakehouse.reason": f"columns widened: {changes}"},
+            metadata={META_REASON: f"columns widened: {changes}"},
             spark=df.sparkSession,
         )
         snap = snapshot(uri, spark=df.sparkSession)

@@ -74,6 +74,8 @@ META_END_OFFSETS: Final = "lakehouse.endOffsets"
 META_ROWS: Final = "lakehouse.rows"
 META_SNAPSHOT_ENDED: Final = "lakehouse.snapshotEnded"
 META_PIPELINE: Final = "lakehouse.pipeline"
+#: What a marker commit is about: the signal that set it, ``resnapshot``, ``notification``.
+META_SNAPSHOT_SIGNAL: Final = "lakehouse.snapshotSignal"
 #: JSON of the snapshot-signal bookkeeping after the batch (see :mod:`.signals`).
 META_SNAPSHOT_STATE: Final = "lakehouse.snapshotState"
 #: Rows the batch added as synthetic deletes at the end of a re-snapshot.

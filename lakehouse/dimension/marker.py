@@ -136,14 +136,14 @@ def set_marker(
         detail: what exactly set it (notification type and collection, record position).
         extra: more properties to set in the same commit.
     """
-    meta: dict[str, Any] = {"lakehouse.snapshotSignal": signal}
+    meta: dict[str, Any] = {L.META_SNAPSHOT_SIGNAL: signal}
     first: dict[str, str] = {}
     if not delta.get_properties(uri).get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION):
         first[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION] = str(data_version)
     if batch_id is not None:
         meta[L.META_BATCH_ID] = batch_id
     if reason is not None:
-        meta["lakehouse.reason"] = reason
+        meta[delta.META_REASON] = reason
     return delta.set_properties(
         uri,
         {
@@ -187,9 +187,9 @@ def start_resnapshot(uri: str, *, batch_id: int, join: str = "last-complete") ->
             L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: join,
         },
         metadata={
-            "lakehouse.snapshotSignal": "resnapshot",
+            L.META_SNAPSHOT_SIGNAL: "resnapshot",
             L.META_BATCH_ID: batch_id,
-            "lakehouse.reason": "snapshot rows arrived after the marker: a re-snapshot started",
+            delta.META_REASON: "snapshot rows arrived after the marker: a re-snapshot started",
         },
     )
 
@@ -211,7 +211,7 @@ def record_notification(
     return delta.set_properties(
         uri,
         notification_properties(notification, alert),
-        metadata={L.META_BATCH_ID: batch_id, "lakehouse.snapshotSignal": "notification"},
+        metadata={L.META_BATCH_ID: batch_id, L.META_SNAPSHOT_SIGNAL: "notification"},
     )
 
 

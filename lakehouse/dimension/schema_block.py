@@ -156,7 +156,7 @@ def set_block(uri: str, block: SchemaBlock) -> SchemaBlock:
     delta.set_properties(
         uri,
         {L.PROP_SCHEMA_BLOCK: recorded.to_json()},
-        metadata={"lakehouse.reason": recorded.describe(), L.META_BATCH_ID: recorded.batch_id},
+        metadata={delta.META_REASON: recorded.describe(), L.META_BATCH_ID: recorded.batch_id},
     )
     return recorded
 
@@ -279,7 +279,7 @@ def resolve(
         delta.set_properties(
             uri,
             {L.PROP_SCHEMA_BLOCK: "", L.PROP_SCHEMA_LAST_RESOLVED: json.dumps(record)},
-            metadata={"lakehouse.reason": f"schema block resolved: {reason}"},
+            metadata={delta.META_REASON: f"schema block resolved: {reason}"},
         )
         cleared = True
     return ResolveResult(

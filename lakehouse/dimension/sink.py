@@ -247,7 +247,7 @@ class BuildSink:
             delta.set_properties(
                 uri,
                 {L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: wanted},
-                metadata={"lakehouse.reason": "resnapshot_join from the ingest configuration"},
+                metadata={delta.META_REASON: "resnapshot_join from the ingest configuration"},
             )
 
     def _skipped_report(self, target: BuildTarget) -> TargetReport:

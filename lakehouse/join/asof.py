@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.dimension import layout as L
+from lakehouse.join import layout as J
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,7 +139,7 @@ def _bucket_fn(
             columns.append(build.column(name).take(take))
         columns.append(build.column(_T_US).take(take).cast(event_time_type))
         columns.append(pa.array(idx >= 0))
-        names += [*value_names, L.EVENT_TIME, "_matched"]
+        names += [*value_names, L.EVENT_TIME, J.MATCHED]
         table = pa.Table.from_arrays(columns, names=names)
         return table.rename_columns(list(out_names))
 
@@ -190,7 +191,7 @@ def join_as_of(
         *probe_fields,
         *[StructField(c, build_types[c], True) for c in value_columns],
         StructField(L.EVENT_TIME, build_types[L.EVENT_TIME], True),
-        StructField("_matched", BooleanType(), False),
+        StructField(J.MATCHED, BooleanType(), False),
     ]
     schema: StructType = StructType(
         [

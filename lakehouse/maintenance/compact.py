@@ -50,6 +50,7 @@ from lakehouse.delta.maintenance import delete_rows
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import last_max_event_time, last_watermark
 from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.join import layout as J
 from lakehouse.time import WATERMARK_MIN, Watermark
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 #: Commit metadata key of a compaction commit (JSON, see :class:`CompactionResult`).
 META_COMPACTION = "lakehouse.compaction"
-META_OPERATION = "lakehouse.operation"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,7 +187,7 @@ def join_watermark(
     )
     return None if state is None else state.combined
     for entry in delta.history(pending_table, limit=8):
-        text = entry.metadata.get("lakehouse.state")
+        text = entry.metadata.get(J.META_STATE)
         if text:
             return Watermark.from_dict(json.loads(text)["combined"])
     return None
@@ -276,7 +276,7 @@ def compact(
             on=identity,
             read_version=read_version,
             metadata={
-                META_OPERATION: "compact",
+                delta.META_OPERATION: "compact",
                 META_COMPACTION: result.to_json(),
             },
         )

@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING
 from lakehouse import delta
 from lakehouse.delta.maintenance import oldest_readable_version, vacuum
 from lakehouse.dimension import layout as L
+from lakehouse.join import layout as J
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _PLAN_HISTORY = 16
+#: Commit metadata of a vacuum: the build versions it kept readable (the first 1,000).
+META_KEPT_VERSIONS = delta.NAMESPACE + "keptVersions"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,11 +71,11 @@ def lineage_versions(spark: SparkSession, build_table: str, output_uris: Sequenc
         if not delta.table_exists(uri):
             continue
         df = delta.read(spark, uri)
-        if "_build_version" in df.columns:
-            rows = df.select("_build_version").where(F.col("_build_version").isNotNull())
+        if J.BUILD_VERSION in df.columns:
+            rows = df.select(J.BUILD_VERSION).where(F.col(J.BUILD_VERSION).isNotNull())
             versions.update(int(r[0]) for r in rows.distinct().collect())
         for entry in delta.history(uri, limit=_PLAN_HISTORY):
-            plan = entry.metadata.get("lakehouse.plan")
+            plan = entry.metadata.get(J.META_PLAN)
             if plan:
                 pinned = json.loads(plan).get("buildVersion")
                 if pinned is not None:
@@ -118,7 +121,7 @@ def vacuum_table(
         retention_hours=retention_hours,
         keep_versions=keep,
         dry_run=dry_run,
-        metadata={"lakehouse.operation": "vacuum", "lakehouse.keptVersions": list(keep)[:1000]},
+        metadata={delta.META_OPERATION: "vacuum", META_KEPT_VERSIONS: list(keep)[:1000]},
     )
     return VacuumResult(
         table_uri=uri,
