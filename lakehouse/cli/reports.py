@@ -31,6 +31,7 @@ def quality(
     when a check fails (for cron or a Databricks job to alert on)."""
     from lakehouse.config import load_settings
     from lakehouse.quality import print_report, run_quality_report
+    from lakehouse.runner import join_options
 
     settings = load_settings(
         config,
@@ -52,15 +53,7 @@ def quality(
     spark = spark_for(settings)
     report = run_quality_report(
         spark,
-        output_table=j.output_table,
-        pending_table=j.pending_table,
-        build_table=j.build_table,
-        dead_letter_table=j.dead_letter_table,
-        probe_id=j.probe_id,
-        probe_key=tuple(j.probe_key),
-        probe_time=j.probe_time,
-        probe_time_unit=j.probe_time_unit,
-        build_key=tuple(j.build_key),
+        join_options(j),
         report_dir=settings.quality.report_dir,
         max_pending_age_ms=settings.quality.max_pending_age_ms,
     )

@@ -498,24 +498,18 @@ def _finish(
     started: float,
 ) -> int:
     from lakehouse import delta
+    from lakehouse.config import JoinConfig
     from lakehouse.dimension import layout as L
     from lakehouse.quality import run_quality_report
+    from lakehouse.runner import join_options
 
     reports = {}
     for name in ("rowtime", "proctime"):
-        j = cfg[name]
         console.print(f"quality report for the {name} join ...")
         reports[name] = run_quality_report(
             spark,
-            output_table=j["output_table"],
-            pending_table=j["pending_table"],
-            build_table=j["build_table"],
-            dead_letter_table=j["dead_letter_table"],
-            probe_id="order_id",
-            probe_key=("currency",),
-            probe_time="order_ts",
+            join_options(JoinConfig.model_validate(cfg[name])),
             report_dir=out / "quality" / name,
-            build_key=("currency",),
         )
     rates = cfg["ingest"]["tables"][0]["table"]
     props = delta.get_properties(rates)

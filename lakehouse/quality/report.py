@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from lakehouse.join.options import TimeUnit
+    from lakehouse.join.options import JoinOptions
 
 CheckName = Literal[
     "probe_ids_unique",
@@ -221,16 +221,8 @@ class QualityReport:
 
 def run_quality_report(
     spark: SparkSession,
+    join: JoinOptions,
     *,
-    output_table: str,
-    pending_table: str,
-    build_table: str,
-    dead_letter_table: str | None = None,
-    probe_id: str,
-    probe_key: tuple[str, ...],
-    probe_time: str | None,
-    probe_time_unit: TimeUnit = "ms",
-    build_key: tuple[str, ...] = (),
     report_dir: str | os.PathLike[str],
     max_pending_age_ms: int | None = None,
     now_ms: int | None = None,
@@ -246,20 +238,15 @@ def run_quality_report(
 
     Args:
         spark: the active SparkSession.
-        output_table: the join's output table.
-        pending_table: the join's pending table; its history is the per-batch ledger.
-        build_table: the build table; its ``lakehouse.snapshot.*`` properties (latest version)
-            drive the processing-time check. A missing table counts as "no marker".
-        dead_letter_table: the join's dead-letter table. With it, malformed probe records
-            (dead-lettered without counting as arrived) are told apart in the accounting;
-            without it they make the accounting fail (the message says so).
-        probe_id: the probe column that identifies a probe row (the join's ``probe_id``).
-        probe_key: the probe key columns (shown with failing rows).
-        probe_time: the probe's event-time column (shown with failing rows), or None.
-        probe_time_unit: the unit of a numeric ``probe_time`` (the join's
-            ``probe_time_unit``), to find an unmatched row's time.
-        build_key: the build key columns paired with ``probe_key``; default the build
-            table's ``lakehouse.primaryKey``.
+        join: the join's options; the report reads its tables and columns:
+            ``output_table``; ``pending_table``, whose history is the per-batch ledger;
+            ``build_table``, whose ``lakehouse.snapshot.*`` properties (latest version) drive
+            the processing-time check (a missing table counts as "no marker");
+            ``dead_letter_table``, which tells malformed probe records (dead-lettered without
+            counting as arrived) apart in the accounting; ``probe_id`` (required here: it
+            identifies a probe row), ``probe_key`` and ``probe_time`` (shown with failing
+            rows; None for a join without one), ``probe_time_unit`` (to find an unmatched
+            row's time) and ``build_key`` (default the build table's ``lakehouse.primaryKey``).
         report_dir: directory for ``data_docs/``, ``summary.json``, ``watermarks.png`` and
             ``unmatched_rows/``; created if missing. Artifacts of an earlier run there are replaced.
         max_pending_age_ms: the oldest a pending row may be; None skips the check.
@@ -282,7 +269,11 @@ def run_quality_report(
     started = time.monotonic()
     started_at_ms = int(time.time() * 1000)
     now = started_at_ms if now_ms is None else now_ms
+    output_table, pending_table = join.output_table, join.pending_table
+    build_table, dead_letter_table = join.build_table, join.dead_letter_table
+    probe_id, probe_key, probe_time = join.probe_id, join.probe_key, join.probe_time
     _check_arguments(probe_id, probe_key, probe_time, max_pending_age_ms, sample_rows)
+    assert probe_id is not None  # checked above
     out_dir = Path(report_dir).absolute()  # Great Expectations wants an absolute path
     suites_path = Path(suites_dir) if suites_dir is not None else default_suites_dir()
     suites = {name: _load_suite_file(suites_path, name) for name in CHECKS}
@@ -313,11 +304,11 @@ def run_quality_report(
             output=output,
             pending=pending,
             build_table=build_table,
-            build_key=build_key or pinned.build.key,
+            build_key=join.build_key or pinned.build.key,
             probe_id=probe_id,
             probe_key=probe_key,
             probe_time=probe_time,
-            probe_time_unit=probe_time_unit,
+            probe_time_unit=join.probe_time_unit,
             last_batch=None
             if last is None
             else LastBatch(
@@ -686,7 +677,7 @@ def _pin(
 
 
 def _check_arguments(
-    probe_id: str,
+    probe_id: str | None,
     probe_key: Sequence[str],
     probe_time: str | None,
     max_pending_age_ms: int | None,
@@ -696,7 +687,7 @@ def _check_arguments(
         return ConfigError(f"quality setting '{setting}': {message}", setting=setting)
 
     if not isinstance(probe_id, str) or not probe_id:
-        raise bad("probe_id", "name the probe column that identifies a probe row")
+        raise bad("probe_id", "name the probe column that identifies a probe row (join.probe_id)")
     if (
         isinstance(probe_key, str)
         or not probe_key

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -55,20 +55,14 @@ def _probe(spark, rows, first_offset=0):
 
 
 def _report(spark, opts: JoinOptions, report_dir: Path, **kw) -> QualityReport:
-    args = dict(
-        output_table=opts.output_table,
-        pending_table=opts.pending_table,
-        build_table=opts.build_table,
-        dead_letter_table=opts.dead_letter_table,
-        probe_id="id",
-        probe_key=("k",),
-        probe_time=opts.probe_time,
-        report_dir=report_dir,
-        max_pending_age_ms=10 * MINUTE,
-        now_ms=T0 + 2 * MINUTE,
+    """The report of the join ``opts`` describes; ``kw`` overrides a join option (such as
+    ``probe_time``) or an argument of the report."""
+    join = replace(
+        opts, **{k: kw.pop(k) for k in list(kw) if k in JoinOptions.__dataclass_fields__}
     )
+    args = dict(report_dir=report_dir, max_pending_age_ms=10 * MINUTE, now_ms=T0 + 2 * MINUTE)
     args.update(kw)
-    return run_quality_report(spark, **args)
+    return run_quality_report(spark, join, **args)
 
 
 def _statuses(report: QualityReport) -> dict[str, str]:

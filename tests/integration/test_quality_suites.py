@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from lakehouse.errors import ConfigError, TableNotFoundError, WatermarkError
+from lakehouse.join import JoinOptions
 from lakehouse.quality import (
     CHECKS,
     CheckResult,
@@ -146,38 +147,43 @@ def test_accounting_after_log_cleanup_starts_from_the_oldest_batch():
     )
 
 
-def _args(tmp_path, **kw):
+def _join(tmp_path, **kw) -> JoinOptions:
     base = dict(
         output_table=str(tmp_path / "out"),
         pending_table=str(tmp_path / "pending"),
         build_table=str(tmp_path / "build"),
+        dead_letter_table=str(tmp_path / "dlq"),
+        pipeline_id="j",
+        probe_schema="id bigint, k string, ts bigint",
         probe_id="id",
         probe_key=("k",),
         probe_time="ts",
-        report_dir=tmp_path / "report",
     )
-    base.update(kw)
-    return base
+    return JoinOptions(**{**base, **kw})
 
 
 @pytest.mark.parametrize(
-    ("kw", "setting"),
+    ("join", "kw", "setting"),
     [
-        ({"probe_key": "k"}, "probe_key"),  # a string is not a tuple of columns
-        ({"probe_id": ""}, "probe_id"),
-        ({"max_pending_age_ms": 0}, "max_pending_age_ms"),
+        ({"probe_key": "k"}, {}, "probe_key"),  # a string is not a tuple of columns
+        # the report identifies rows by probe_id, which a join may leave unset
+        ({"probe_id": None}, {}, "probe_id"),
+        ({}, {"max_pending_age_ms": 0}, "max_pending_age_ms"),
+        ({}, {"sample_rows": -1}, "sample_rows"),
     ],
 )
-def test_bad_arguments_are_refused_before_any_work(tmp_path, kw, setting):
+def test_bad_arguments_are_refused_before_any_work(tmp_path, join, kw, setting):
     with pytest.raises(ConfigError, match=f"quality setting '{setting}'") as info:
-        run_quality_report(None, **_args(tmp_path, **kw))  # type: ignore[arg-type]
+        run_quality_report(  # type: ignore[arg-type]
+            None, _join(tmp_path, **join), report_dir=tmp_path / "report", **kw
+        )
     assert info.value.setting == setting
     assert not (tmp_path / "report").exists()
 
 
 def test_missing_pending_table_is_named(tmp_path):
     with pytest.raises(TableNotFoundError, match="no pending table at"):
-        run_quality_report(None, **_args(tmp_path))  # type: ignore[arg-type]
+        run_quality_report(None, _join(tmp_path), report_dir=tmp_path / "report")  # type: ignore[arg-type]
 
 
 def _synthetic_report(tmp: Path) -> QualityReport:

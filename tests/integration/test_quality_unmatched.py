@@ -70,18 +70,7 @@ def join(spark, tmp_path_factory) -> JoinOptions:
 
 @pytest.fixture(scope="module")
 def report(spark, join, tmp_path_factory) -> QualityReport:
-    return run_quality_report(
-        spark,
-        output_table=join.output_table,
-        pending_table=join.pending_table,
-        build_table=join.build_table,
-        dead_letter_table=join.dead_letter_table,
-        probe_id="id",
-        probe_key=("k",),
-        probe_time="ts",
-        report_dir=tmp_path_factory.mktemp("report"),
-        now_ms=T0,
-    )
+    return run_quality_report(spark, join, report_dir=tmp_path_factory.mktemp("report"), now_ms=T0)
 
 
 def test_every_unmatched_and_pending_row_has_its_reason(spark, report, join):
@@ -186,16 +175,7 @@ def test_a_report_without_unmatched_rows_writes_an_empty_table(spark, tmp_path):
     TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
         raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 6}]), 0
     )
-    report = run_quality_report(
-        spark,
-        output_table=opts.output_table,
-        pending_table=opts.pending_table,
-        build_table=opts.build_table,
-        probe_id="id",
-        probe_key=("k",),
-        probe_time="ts",
-        report_dir=root / "report",
-    )
+    report = run_quality_report(spark, opts, report_dir=root / "report")
     assert (report.unmatched.rows, dict(report.unmatched.by_reason)) == (0, {})
     assert delta.row_count(report.unmatched.uri) == 0
     assert Path(report.unmatched.uri).name == "unmatched_rows"
