@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from helpers import assert_rows_equal, raw_records, write_build_table
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reference import ProbeRow, Version, rowtime_join
 
@@ -96,6 +96,8 @@ def test_rowtime_join_matches_reference_across_batches(spark, tmp_path_factory, 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=scenario())
+# every probe key NULL: nothing is sent, released or committed (CI's random draws found it)
+@example(case=([Version("a", 0, "0.000", "r", 100)], [ProbeRow(0, None, 0)], [0], 0, False))
 def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_reference(
     spark, tmp_path_factory, case
 ):
@@ -128,8 +130,9 @@ def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_referen
         i: "watermark" if next(p.time for p in sent if p.id == i) <= final_wm else "end_of_input"
         for i, _ in expected
     }
-    if report.plan is not None and report.plan.final is not None:
-        # the next run continues from the watermark the batches made, not from the end
+    if sent and report.plan is not None and report.plan.final is not None:
+        # the next run continues from the watermark the batches made, not from the end (a
+        # run that never had a row to release committed nothing: no state, nothing to keep)
         state = last_state(
             output_table=opts.output_table,
             pending_table=opts.pending_table,
