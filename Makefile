@@ -10,7 +10,8 @@ VENV40 := .venv-spark40
 SPARK40_PINS := pyspark==4.0.0 delta-spark==4.0.0
 STAMP40 := $(VENV40)/.installed
 # JVM artifacts (delta-spark, Spark's Kafka source, a Kafka broker, Kafka Connect with Debezium's
-# PostgreSQL connector), from the pinned poms in jvm/; spark-4.0: the same for Spark 4.0
+# PostgreSQL connector, Hadoop's S3A connector), from the pinned poms in jvm/; spark-4.0: the
+# same for Spark 4.0
 JVM_STAMP := .jvm/.installed
 # The tests that run again on Spark 4.0: the join (both paths) and the sources
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
@@ -34,9 +35,9 @@ $(STAMP40): pyproject.toml constraints.txt Makefile
 	$(VENV40)/bin/python -m pip install --quiet -c $(VENV40)/constraints.txt -e '.[spark,dev]'
 	@touch $(STAMP40)
 
-$(JVM_STAMP): jvm/spark/pom.xml jvm/spark-4.0/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml scripts/fetch_jvm.sh
+$(JVM_STAMP): jvm/spark/pom.xml jvm/spark-4.0/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jvm/s3/pom.xml scripts/fetch_jvm.sh
 	@scripts/check_java.sh
-	@scripts/fetch_jvm.sh spark spark-4.0 kafka connect
+	@scripts/fetch_jvm.sh spark spark-4.0 kafka connect s3
 	@touch $(JVM_STAMP)
 
 jvm: $(JVM_STAMP)

@@ -33,9 +33,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from lakehouse.errors import DataSafetyError
+from lakehouse.storage import filesystem
 
 __all__ = [
     "META_CHECKPOINT",
@@ -63,19 +64,11 @@ TOPICS_FILE: Final = "lakehouse-topics.json"
 _HISTORY: Final = 100
 
 
-def _fs(path: str) -> tuple[Any, str]:
-    import pyarrow.fs as pafs
-
-    if "://" in path:
-        return pafs.FileSystem.from_uri(path)
-    return pafs.LocalFileSystem(), path
-
-
 def read_text(path: str) -> str | None:
     """The text of a file under a local path or a URI (``file:``, ``s3://``, ...); None when
     it cannot be read."""
     try:
-        fs, inner = _fs(path)
+        fs, inner = filesystem(path)
         with fs.open_input_stream(inner) as f:
             data: bytes = f.read()
         return data.decode("utf-8")
@@ -89,7 +82,7 @@ def _offset_batches(checkpoint: str) -> list[int] | None:
     import pyarrow.fs as pafs
 
     try:
-        fs, inner = _fs(f"{checkpoint.rstrip('/')}/offsets")
+        fs, inner = filesystem(f"{checkpoint.rstrip('/')}/offsets")
         infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
     except (OSError, ValueError):
         return None
@@ -278,7 +271,7 @@ def check_topics(checkpoint: str, current: dict[str, str], *, on_recreated: str 
     merged = {**recorded, **current}
     if merged == recorded:
         return
-    fs, inner = _fs(path)
+    fs, inner = filesystem(path)
     fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(inner) as f:
         f.write(json.dumps(merged, sort_keys=True).encode("utf-8"))

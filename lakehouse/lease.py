@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse.errors import WriterLeaseError
+from lakehouse.storage import filesystem, is_remote
 
 #: Directory inside a table that holds lakehouse's own files (ignored by Delta readers).
 LEASE_DIR = "_lakehouse"
@@ -148,14 +149,12 @@ class _Files:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.remote = "://" in path and not path.startswith("file://")
+        self.remote = is_remote(path)
         if path.startswith("file://"):
             self.path = path.removeprefix("file://")
 
     def _fs(self) -> tuple[Any, str]:
-        import pyarrow.fs as pafs
-
-        return pafs.FileSystem.from_uri(self.path)
+        return filesystem(self.path)
 
     def read(self) -> tuple[bytes, float] | None:
         """Contents and modification time (epoch s), or None when absent."""

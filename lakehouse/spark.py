@@ -55,6 +55,8 @@ _LOG4J = (Path(__file__).parent / "log4j2.properties").as_uri()
 DELTA_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 _REQUIRED_CLASSES: Mapping[str, str] = {DELTA_CLASS: "delta-spark", KAFKA_CLASS: "spark-sql-kafka"}
+#: Hadoop's S3A filesystem: added from ``<jvm dir>/s3`` when missing (:func:`s3a_jars`).
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
 #: Delta's session extension and catalog: path-based SQL (``delta.`/path```), ALTER TABLE.
 DELTA_SESSION_CONF: Mapping[str, str] = {
@@ -238,10 +240,33 @@ def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
                 "folder whose spark/ has them (make jvm fills .jvm/ of a checkout from "
                 "jvm/spark/pom.xml), or give them in spark.jars; a Databricks runtime has them"
             )
-        out["spark.jars"] = ",".join([*jars, *extra])
+        jars = [*jars, *extra]
+    s3a = s3a_jars(classpath)
+    if missing or s3a:
+        out["spark.jars"] = ",".join([*jars, *s3a])
     for key, value in DELTA_SESSION_CONF.items():
         out[key] = conf.get(key) or value
     return out
+
+
+def s3a_jars(classpath: Iterable[str]) -> list[str]:
+    """Hadoop's S3A connector (``s3a://`` locations), when Spark lacks it: the jars of
+    ``<jvm dir>/s3`` (``make`` fetches them from ``jvm/s3/pom.xml``), and only when their
+    ``hadoop-aws`` is the version of the Hadoop client Spark ships (S3A is built against one
+    Hadoop; another one fails deep inside the first write). Empty otherwise: without them an
+    ``s3a://`` location fails with Spark's ``No FileSystem for scheme "s3a"``."""
+    classpath = list(classpath)
+    if classpath_has(S3A_CLASS, classpath):
+        return []
+    jars = sorted(glob.glob(str(jvm_dir() / "s3" / "*.jar")))
+    wanted = {_jar_version(j, "hadoop-aws-") for j in jars} - {None}
+    shipped = {_jar_version(j, "hadoop-client-api-") for j in classpath} - {None}
+    return jars if wanted and wanted <= shipped else []
+
+
+def _jar_version(path: str, prefix: str) -> str | None:
+    name = os.path.basename(path)
+    return name.removeprefix(prefix).removesuffix(".jar") if name.startswith(prefix) else None
 
 
 def _check_active_session(spark: SparkSession) -> None:

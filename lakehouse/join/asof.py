@@ -11,7 +11,7 @@ same rows (``tests/integration/test_join_paths.py`` runs both against the refere
   the released rows where they are, receiving only their key columns and time, and returns
   the joined value columns, start and matched flag; the probe columns never leave the JVM.
   In each Python worker the UDF reads the build columns it needs straight from the parquet
-  files with pyarrow (``pyarrow.fs.FileSystem.from_uri``, so object-store URIs work where
+  files with pyarrow (:func:`lakehouse.storage.filesystem`, so object-store URIs work where
   the workers have credentials), builds an :class:`~lakehouse.join.kernel.AsOfIndex` and
   keeps it in a process-level cache keyed by (file set, columns, types) (see
   :class:`_WorkerIndexes`). Spark reuses Python workers (``spark.python.worker.reuse``, on
@@ -66,10 +66,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.dimension import layout as L
 from lakehouse.join import layout as J
+from lakehouse.storage import filesystem
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.fs as pafs
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
@@ -291,8 +291,9 @@ def plan_narrow(
 
     It can when ``build`` is exactly a parquet scan of a file list (what
     :func:`lakehouse.delta.read` returns for a pinned version), pyarrow can open every file
-    (``pyarrow.fs.FileSystem.from_uri``: local paths, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``
-    with the matching credentials on the workers; not ``dbfs:/`` or Hadoop's ``s3a://``),
+    (:func:`lakehouse.storage.filesystem`: local paths, ``s3://`` and Hadoop's ``s3a://``,
+    ``gs://``, ``abfs://``, ``hdfs://`` with the matching credentials on the workers; not
+    ``dbfs:/``),
     and the files hold at most :data:`NARROW_MAX_BUILD_ROWS` rows (or the value of
     :data:`NARROW_MAX_BUILD_ROWS_CONF`). Without ``arrow_udf`` (pyspark 4.0) it runs in
     ``mapInArrow`` instead (:func:`_map_narrow`).
@@ -326,30 +327,6 @@ def plan_narrow(
     return plan, ""
 
 
-def _open_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and path of a file as Spark reports it (``file:///x``,
-    ``s3://bucket/x``, a plain path); raises when pyarrow cannot open that kind of URI.
-    Filesystems are made once per scheme and authority (making an S3 one resolves
-    credentials), local paths are percent-decoded as Spark encodes them."""
-    from urllib.parse import unquote, urlparse
-
-    import pyarrow.fs as pafs
-
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return pafs.LocalFileSystem(), unquote(parsed.path) if parsed.scheme else uri
-    root = f"{parsed.scheme}://{parsed.netloc}"
-    fs = _FILESYSTEMS.get(root)
-    if fs is None or parsed.scheme not in ("s3", "gs", "gcs"):
-        fs, path = pafs.FileSystem.from_uri(uri)  # raises for schemes pyarrow does not know
-        _FILESYSTEMS[root] = fs
-        return fs, path
-    return fs, unquote(parsed.netloc + parsed.path)  # bucket/key, as from_uri gives it
-
-
-_FILESYSTEMS: dict[str, Any] = {}
-
-
 class _FooterRows:
     """Rows per build file, read from the parquet footers once per file on the driver (data
     files of a Delta table are immutable: a file name is never rewritten in place)."""
@@ -367,7 +344,7 @@ class _FooterRows:
                 return self._rows[uri]
         import pyarrow.parquet as pq
 
-        fs, path = _open_uri(uri)
+        fs, path = filesystem(uri)
         with fs.open_input_file(path) as f:
             n = pq.ParquetFile(f).metadata.num_rows
         with self._lock:
@@ -585,7 +562,7 @@ def _read_files(narrow: NarrowBuild, files: Sequence[str]) -> pa.Table:
 
     parts = []
     for uri in files:
-        fs, path = _open_uri(uri)
+        fs, path = filesystem(uri)
         with fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
             present = set(pf.schema_arrow.names)

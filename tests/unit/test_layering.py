@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
         "sources",
         "time",
     },
-    "join": {"dead_letter", "delta", "dimension", "errors", "failpoints", "time"},
+    "join": {"dead_letter", "delta", "dimension", "errors", "failpoints", "storage", "time"},
     "quality": {"delta", "dimension", "errors", "join", "time", "spark"},
     "maintenance": {"delta", "dimension", "errors", "join", "time"},
 }
