@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse.errors import WriterLeaseError
-from lakehouse.storage import filesystem, is_remote
+from lakehouse.storage import filesystem, local_path
 
 #: Directory inside a table that holds lakehouse's own files (ignored by Delta readers).
 LEASE_DIR = "_lakehouse"
@@ -148,10 +148,9 @@ class _Files:
     object-store URIs (check-then-write: see the module docstring)."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.remote = is_remote(path)
-        if path.startswith("file://"):
-            self.path = path.removeprefix("file://")
+        local = local_path(path)
+        self.remote = local is None
+        self.path = path if local is None else local
 
     def _fs(self) -> tuple[Any, str]:
         return filesystem(self.path)

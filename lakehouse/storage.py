@@ -14,6 +14,7 @@ Python workers, :mod:`lakehouse.join.asof`) open their files through :func:`file
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -21,6 +22,8 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
+#: Where Databricks mounts DBFS on the driver and the workers.
+DBFS_MOUNT = "/dbfs"
 #: Hadoop's names of S3, which pyarrow opens as ``s3``.
 HADOOP_S3_SCHEMES = ("s3a", "s3n")
 #: Object stores whose filesystem is made once per bucket (making one resolves credentials).
@@ -29,14 +32,35 @@ _FILESYSTEMS: dict[str, pafs.FileSystem] = {}
 _LOCK = threading.Lock()
 
 
+def local_path(location: str, dbfs_mount: str = DBFS_MOUNT) -> str | None:
+    """The local path of ``location``, or None when it is not on this machine's filesystem.
+
+    Plain paths and ``file:`` URIs (percent-decoded, as Spark encodes them) are local;
+    ``dbfs:/`` is local where Databricks mounts DBFS (``/dbfs``), so the driver reads the same
+    files Spark does; every other scheme is remote.
+
+    >>> [local_path(x) for x in ("/data/t", "file:///data/t", "file:/data/a%20b", "s3a://l/t")]
+    ['/data/t', '/data/t', '/data/a b', None]
+    >>> local_path("dbfs:/tables/t", dbfs_mount="/nonexistent"), local_path("dbfs:/t", "/tmp")
+    (None, '/tmp/t')
+    """
+    scheme, sep, _ = location.partition(":")
+    if not sep or "/" in scheme or len(scheme) < 2:  # a plain path (a colon in a file name)
+        return location
+    if scheme == "file":
+        return unquote(urlparse(location).path)
+    if scheme == "dbfs" and os.path.isdir(dbfs_mount):
+        return f"{dbfs_mount}/{urlparse(location).path.lstrip('/')}"
+    return None
+
+
 def is_remote(location: str) -> bool:
-    """Whether ``location`` is an object-store or HDFS URI (not a local path or ``file:``).
+    """Whether ``location`` is reached through an object store's (or HDFS') filesystem.
 
     >>> [is_remote(x) for x in ("/data/t", "file:///data/t", "s3a://lake/t", "gs://b/t")]
     [False, False, True, True]
     """
-    scheme = urlparse(location).scheme
-    return bool(scheme) and scheme != "file" and "://" in location
+    return local_path(location) is None
 
 
 def pyarrow_uri(location: str) -> str:
@@ -52,18 +76,19 @@ def pyarrow_uri(location: str) -> str:
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem of ``location`` and the path to give it.
 
-    Local paths and ``file:`` URIs (percent-decoded, as Spark encodes them) open on the local
-    filesystem; an object store's filesystem is made once per bucket and kept.
+    Local locations (:func:`local_path`) open on the local filesystem; an object store's
+    filesystem is made once per bucket and kept.
 
     Raises:
         pyarrow.ArrowInvalid: pyarrow does not know the URI's scheme (``dbfs:/``).
     """
     import pyarrow.fs as pafs
 
+    local = local_path(location)
+    if local is not None:
+        return pafs.LocalFileSystem(), local
     uri = pyarrow_uri(location)
     parsed = urlparse(uri)
-    if parsed.scheme in ("", "file") or "://" not in uri:
-        return pafs.LocalFileSystem(), unquote(parsed.path) if parsed.scheme else uri
     root = f"{parsed.scheme}://{parsed.netloc}"
     with _LOCK:
         fs = _FILESYSTEMS.get(root)
