@@ -100,10 +100,13 @@ class DebeziumStack:
         """Create the data topic of ``schema.table`` (one partition) unless it exists."""
         create_topic(self.bootstrap, self.data_topic(table), 1, exist_ok=True)
 
-    def start_connector(self, tables: Sequence[str], **options: Any) -> ConnectWorker:
+    def start_connector(
+        self, tables: Sequence[str], *, notifications: bool = True, **options: Any
+    ) -> ConnectWorker:
         """Capture ``tables`` (``schema.table``, existing): create their data topics and the
         publication, grant Debezium's user ``SELECT``, start the worker with the connector
-        (``options`` go to :func:`debezium_postgres_connector`) and wait until it runs."""
+        (notifications on the test's topic unless ``notifications`` is false; ``options`` go
+        to :func:`debezium_postgres_connector`) and wait until it runs."""
         for table in tables:
             self.create_data_topic(table)
         self.postgres.grant_capture(self.dbname, DEBEZIUM_USER, tables)
@@ -119,10 +122,20 @@ class DebeziumStack:
             tables=tables,
             slot_name=self.slot_name,
             publication_name=self.publication_name,
-            notification_topic=self.notification_topic,
+            notification_topic=self.notification_topic if notifications else None,
             **options,
         )
         self.worker = ConnectWorker(self.directory / "connect", bootstrap=self.bootstrap)
+        self.worker.start([self.connector])
+        return self.worker
+
+    def restart_connector(self, **changes: str) -> ConnectWorker:
+        """Stop the worker (SIGTERM: Connect flushes the connector's offsets) and start it
+        again on the same offsets file, with the connector's properties updated by
+        ``changes`` (e.g. ``**{"snapshot.mode": "always"}``)."""
+        assert self.worker is not None, "start_connector first"
+        self.worker.stop()
+        self.connector = self.connector | changes
         self.worker.start([self.connector])
         return self.worker
 

@@ -13,10 +13,10 @@ The signals, strongest first (``snapshot_signals`` chooses which are enabled):
     A Debezium notification (``notification.enabled.channels=sink``, Debezium 2.3+) of
     ``aggregate_type`` ``"Initial Snapshot"``: ``COMPLETED``, or ``TABLE_SCAN_COMPLETED``
     whose ``additional_data.scanned_collection`` (older: ``data_collection``) is the table's
-    ``source_table`` and whose ``status`` is ``SUCCEEDED`` (or absent). Debezium puts them in
-    the same queue as the row records, but not strictly after the table's rows: Debezium
-    (3.5, seen on a real connector in ``tests/integration/test_debezium_postgres.py``) holds
-    the snapshot's final row back to mark it ``last``, so the last table's
+    ``source_table`` and whose ``status`` is ``SUCCEEDED`` or ``EMPTY`` (or absent). Debezium
+    puts them in the same queue as the row records, but not strictly after the table's rows:
+    Debezium (3.5, seen on a real connector in ``tests/integration/test_debezium_postgres.py``)
+    holds the snapshot's final row back to mark it ``last``, so the last table's
     ``TABLE_SCAN_COMPLETED`` is sent *before* that row; ``COMPLETED`` comes after every row.
     The order rule below sets such an early notification aside (it is older than the
     snapshot rows), and ``COMPLETED`` ends the snapshot.
@@ -115,6 +115,12 @@ SNAPSHOT_PHASES: Final = frozenset(
 INITIAL_SNAPSHOT_AGGREGATES: Final = frozenset({"Initial Snapshot", "Blocking Snapshot"})
 #: Notification types that open an alert.
 ALERT_TYPES: Final = frozenset({"ABORTED", "SKIPPED"})
+#: ``TABLE_SCAN_COMPLETED`` statuses of a table scanned to its end. Debezium's
+#: ``SnapshotCompletionStatus`` has ``EMPTY`` for a table without rows (3.5's PostgreSQL
+#: initial snapshot reports an empty table as ``SUCCEEDED``, seen on a real connector); the
+#: others (``NO_PRIMARY_KEY``, ``SQL_EXCEPTION``, ``STOPPED``, ``UNKNOWN_SCHEMA``) are
+#: failures.
+SCAN_OK_STATUSES: Final = frozenset({"SUCCEEDED", "EMPTY"})
 
 
 # ------------------------------------------------------------------------------- options
@@ -357,7 +363,7 @@ class Notification:
         text = f"{self.type}"
         if self.collection:
             text += f" {self.collection}"
-        if self.status and self.status != "SUCCEEDED":
+        if self.status and self.status != "SUCCEEDED":  # a failure, or EMPTY: worth saying
             text += f" (status {self.status})"
         return f"{text} [{self.aggregate_type}, id {self.id}, {self.where}]"
 
@@ -755,7 +761,9 @@ def decide(
             if not e.concerns(source_table) or e.type == "IN_PROGRESS":
                 continue
             newest_note = e
-            ok_scan = e.type == "TABLE_SCAN_COMPLETED" and e.status in (None, "SUCCEEDED")
+            ok_scan = e.type == "TABLE_SCAN_COMPLETED" and (
+                e.status is None or e.status in SCAN_OK_STATUSES
+            )
             if e.type in ("STARTED", "COMPLETED"):
                 alert = None
             elif e.type in ALERT_TYPES or (e.type == "TABLE_SCAN_COMPLETED" and not ok_scan):

@@ -200,6 +200,56 @@ def test_debezium_snapshot_and_changes_reach_kafka_and_parse(debezium_stack):
     )
 
 
+def _ingest_settings(
+    stack, tmp_path: Path, pipeline_id: str, tables: list[dict], **kafka: object
+) -> Settings:
+    """A long-running Kafka ingest (processing-time trigger, 1 s) of ``tables`` (the ingest's
+    ``[[ingest.tables]]``, each with ``source_table``) from their Debezium data topics."""
+    return Settings.model_validate(
+        {
+            "kafka": {"bootstrap_servers": stack.bootstrap, **kafka},
+            "ingest": {
+                "pipeline_id": pipeline_id,
+                "source": "kafka",
+                "topics": [stack.data_topic(t["source_table"]) for t in tables],
+                "checkpoint": str(tmp_path / "checkpoints" / "ingest"),
+                "dead_letter_table": str(tmp_path / "tables" / "cdc_dead_letter"),
+                "trigger": "processing-time",
+                "interval": "1 second",
+                "tables": tables,
+            },
+        }
+    )
+
+
+class _Reports:
+    """The ingest's batch reports (``on_batch``), read from the test's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reports: list = []
+
+    def __call__(self, report) -> None:
+        with self._lock:
+            self._reports.append(report)
+
+    @property
+    def all(self) -> list:
+        with self._lock:
+            return list(self._reports)
+
+    def _targets(self, table: str | None):
+        return [t for r in self.all for t in r.targets if table in (None, t.table_uri)]
+
+    def marker_set(self, table: str | None = None) -> bool:
+        """The marker was set (of ``table``, or of any table)."""
+        return any(t.marker_set_now for t in self._targets(table))
+
+    def versions(self, table: str | None = None) -> int:
+        """Versions committed so far (to ``table``, or to every table)."""
+        return sum(t.rows for t in self._targets(table))
+
+
 def _wait(condition: Callable[[], bool], what: str, timeout_s: float, query) -> float:
     started = time.monotonic()
     while not condition():
@@ -220,67 +270,42 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     # production; then the log.
     started = time.monotonic()
     _create_rates(debezium_stack)
-    data = debezium_stack.data_topic(TABLE)
     uri = str(tmp_path / "tables" / "rates")
-    settings = Settings.model_validate(
-        {
-            "kafka": {"bootstrap_servers": debezium_stack.bootstrap},
-            "ingest": {
-                "pipeline_id": "debezium-rates",
-                "source": "kafka",
-                "topics": [data],
-                "checkpoint": str(tmp_path / "checkpoints" / "ingest"),
-                "dead_letter_table": str(tmp_path / "tables" / "dead_letter"),
-                "trigger": "processing-time",
-                "interval": "1 second",
-                "tables": [
-                    {
-                        "table": uri,
-                        "source_table": TABLE,
-                        "notification_topic": debezium_stack.notification_topic,
-                        "heartbeat_topic": debezium_stack.heartbeat_topic,
-                        # the notification only: 'last' and the heartbeat race it into a batch
-                        "snapshot_signals": ["notification"],
-                    }
-                ],
-            },
-        }
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-rates",
+        [
+            {
+                "table": uri,
+                "source_table": TABLE,
+                "notification_topic": debezium_stack.notification_topic,
+                "heartbeat_topic": debezium_stack.heartbeat_topic,
+                # the notification only: 'last' and the heartbeat race it into a batch
+                "snapshot_signals": ["notification"],
+            }
+        ],
     )
     # the data topic exists before the ingest starts; the connector starts after it, so the
     # ingest sees the snapshot arrive as it does in production
     debezium_stack.create_data_topic(TABLE)
-    lock = threading.Lock()
-    reports = []
-
-    def on_batch(report):
-        with lock:
-            reports.append(report)
-
-    def marker_set() -> bool:
-        with lock:
-            return any(t.marker_set_now for r in reports for t in r.targets)
-
-    def versions() -> int:
-        with lock:
-            return sum(t.rows for r in reports for t in r.targets)
-
-    query = start_ingest(spark, settings, on_batch=on_batch)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
     try:
         debezium_stack.start_connector([TABLE])
         running = time.monotonic() - started
-        marker_s = _wait(marker_set, "the marker", 120, query)
+        marker_s = _wait(reports.marker_set, "the marker", 120, query)
         props = delta.get_properties(uri)
         completed_version = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
         snapshot_rows = delta.read(spark, uri, version=completed_version).collect()
 
         debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
         debezium_stack.execute("DELETE FROM public.rates WHERE currency = 'C0002'")
-        log_s = _wait(lambda: versions() >= ROWS + 2, "the update and delete", 90, query)
+        log_s = _wait(lambda: reports.versions() >= ROWS + 2, "the update and delete", 90, query)
     finally:
         query.stop()
     assert query.exception() is None
-    with lock:
-        batches = [r for r in reports if not r.skipped]
+    batches = [r for r in reports.all if not r.skipped]
     print(
         f"\nconnector running {running:.1f} s after the test started; marker set "
         f"{marker_s:.1f} s later, after {len(batches)} batch(es); the update and delete "
@@ -313,10 +338,9 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     )
     assert log == [("d", "C0002", None, False), ("u", "C0001", Decimal("9.9999"), False)]
     assert len(rows) == ROWS + 2
-    with lock:
-        assert sum(r.tombstones for r in reports) == 1  # the delete's tombstone, counted
-        assert sum(r.dead_lettered for r in reports) == 0  # every real record was understood
-    assert not delta.table_exists(str(tmp_path / "tables" / "dead_letter"))
+    assert sum(r.tombstones for r in reports.all) == 1  # the delete's tombstone, counted
+    assert sum(r.dead_lettered for r in reports.all) == 0  # every real record was understood
+    assert not delta.table_exists(settings.ingest.dead_letter_table)
 
 
 @pytest.mark.spark
@@ -327,7 +351,6 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     # snapshot loads are joined only after the marker, against the complete dimension, so
     # every one of them matches (a half-loaded dimension would leave some unmatched).
     expected = _create_rates(debezium_stack)
-    data = debezium_stack.data_topic(TABLE)
     build = str(tmp_path / "tables" / "rates")
     orders_dir = tmp_path / "orders"
     orders_dir.mkdir()
@@ -336,32 +359,22 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     (orders_dir / "orders-0001.jsonl").write_text(
         "".join(json.dumps({"order_id": i, "currency": c}) + "\n" for i, c in orders)
     )
-    common = {"kafka": {"bootstrap_servers": debezium_stack.bootstrap}}
-    ingest = Settings.model_validate(
-        {
-            **common,
-            "ingest": {
-                "pipeline_id": "debezium-rates-proctime",
-                "source": "kafka",
-                "topics": [data],
-                "checkpoint": str(tmp_path / "checkpoints" / "ingest"),
-                "dead_letter_table": str(tmp_path / "tables" / "cdc_dead_letter"),
-                "trigger": "processing-time",
-                "interval": "1 second",
-                "tables": [
-                    {
-                        "table": build,
-                        "source_table": TABLE,
-                        "notification_topic": debezium_stack.notification_topic,
-                        "heartbeat_topic": debezium_stack.heartbeat_topic,
-                    }
-                ],
-            },
-        }
+    ingest = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-rates-proctime",
+        [
+            {
+                "table": build,
+                "source_table": TABLE,
+                "notification_topic": debezium_stack.notification_topic,
+                "heartbeat_topic": debezium_stack.heartbeat_topic,
+            }
+        ],
     )
     join = Settings.model_validate(
         {
-            **common,
+            "kafka": {"bootstrap_servers": debezium_stack.bootstrap},
             "join": {
                 "pipeline_id": "orders-proctime",
                 "source": "files",
@@ -421,3 +434,200 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     assert all(r._matched for r in out)
     assert {r.currency: r.rate for r in out} == expected
     assert {r._released_by for r in out} == {"processing_time"}
+
+
+def _by_commit_order(rows) -> list:
+    """Versions in the order the build table orders them: ``(_event_time, _seq)``."""
+    return sorted(rows, key=lambda r: (r._event_time, r._seq))
+
+
+@pytest.mark.spark
+def test_two_tables_one_empty_then_the_log_phase_in_commit_order(spark, tmp_path, debezium_stack):
+    # One connector, two tables: rates (50 rows, REPLICA IDENTITY DEFAULT) and fees (empty,
+    # REPLICA IDENTITY FULL). Both markers are set by Debezium's own notifications, each by
+    # its table's scan. Then the log phase, TRUNCATE included
+    # (skipped.operations=none: Debezium skips truncates by default), with one key changed
+    # three times in one transaction: the versions follow the WAL.
+    rates_expected = _create_rates(debezium_stack, rows=50)
+    fees_table = "public.fees"
+    debezium_stack.execute(
+        "CREATE TABLE public.fees (id integer PRIMARY KEY, fee numeric(6,2), note text);"
+        "ALTER TABLE public.fees REPLICA IDENTITY FULL"
+    )
+    rates, fees = (str(tmp_path / "tables" / name) for name in ("rates", "fees"))
+    signals = {
+        "notification_topic": debezium_stack.notification_topic,
+        "heartbeat_topic": debezium_stack.heartbeat_topic,
+        "snapshot_signals": ["notification"],
+    }
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-two-tables",
+        [
+            {"table": rates, "source_table": TABLE, **signals},
+            # an empty table gets its key from the configuration (no row carries it)
+            {"table": fees, "source_table": fees_table, "key": ["id"], **signals},
+        ],
+    )
+    for table in (TABLE, fees_table):
+        debezium_stack.create_data_topic(table)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
+    try:
+        debezium_stack.start_connector([TABLE, fees_table], extra={"skipped.operations": "none"})
+        _wait(
+            lambda: reports.marker_set(rates) and reports.marker_set(fees),
+            "both markers",
+            120,
+            query,
+        )
+        empty_props = delta.get_properties(fees)
+        empty_rows = delta.read(spark, fees).count()
+        debezium_stack.execute(
+            "BEGIN;"
+            "UPDATE public.rates SET rate = 1 WHERE currency = 'C0001';"
+            "UPDATE public.rates SET rate = 2 WHERE currency = 'C0001';"
+            "UPDATE public.rates SET rate = 3 WHERE currency = 'C0001';"
+            "INSERT INTO public.fees VALUES (1, 0.50, 'first');"
+            "COMMIT"
+        )
+        debezium_stack.execute("UPDATE public.fees SET fee = 0.75 WHERE id = 1")
+        debezium_stack.execute("DELETE FROM public.rates WHERE currency = 'C0002'")
+        debezium_stack.execute("DELETE FROM public.fees WHERE id = 1")
+        debezium_stack.execute("TRUNCATE public.rates")
+        debezium_stack.execute("INSERT INTO public.rates VALUES ('C9999', 1.2345)")
+        # rates: 50 snapshot rows, 3 updates, the delete, the truncate, the insert
+        _wait(
+            lambda: reports.versions(rates) >= 56 and reports.versions(fees) >= 3,
+            "the log phase",
+            90,
+            query,
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    # the empty table: created, complete from its own table scan (Debezium 3.5 says
+    # SUCCEEDED for it), with no rows
+    assert empty_rows == 0
+    assert empty_props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    detail = empty_props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
+    assert detail.startswith("TABLE_SCAN_COMPLETED public.fees ["), detail
+    assert not empty_props.get(L.PROP_SNAPSHOT_ALERT)
+    for uri in (rates, fees):
+        props = delta.get_properties(uri)
+        assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
+
+    rate_rows = delta.read(spark, rates).collect()
+    snapshot = [r for r in rate_rows if r._snapshot]
+    assert {(r.currency, r.rate) for r in snapshot} == set(rates_expected.items())
+    log = _by_commit_order(r for r in rate_rows if not r._snapshot)
+    assert [(r._op, r.currency, r.rate) for r in log] == [
+        ("u", "C0001", Decimal("1.0000")),
+        ("u", "C0001", Decimal("2.0000")),
+        ("u", "C0001", Decimal("3.0000")),
+        ("d", "C0002", None),  # REPLICA IDENTITY DEFAULT: the key only
+        ("t", None, None),  # ends every version open at its time
+        ("c", "C9999", Decimal("1.2345")),
+    ]
+    # one transaction, one commit time: the WAL position orders its three updates
+    assert len({r._event_time for r in log[:3]}) == 1
+    assert log[0]._seq < log[1]._seq < log[2]._seq < log[3]._seq < log[4]._seq < log[5]._seq
+
+    fee_rows = _by_commit_order(delta.read(spark, fees).collect())
+    assert [(r._op, r.id, r.fee, r.note) for r in fee_rows] == [
+        ("c", 1, Decimal("0.50"), "first"),
+        ("u", 1, Decimal("0.75"), "first"),
+        ("d", 1, Decimal("0.75"), "first"),  # REPLICA IDENTITY FULL: the whole row
+    ]
+    assert sum(r.dead_lettered for r in reports.all) == 0
+    assert not delta.table_exists(settings.ingest.dead_letter_table)
+
+
+@pytest.mark.spark
+def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_resets_it(
+    spark, tmp_path, debezium_stack
+):
+    # Notifications off, heartbeats on: the heartbeat Debezium sends after the snapshot sets
+    # the marker. A connector restarted from its offsets streams on (no snapshot row, the
+    # marker untouched); restarted with snapshot.mode=always it re-reads the table: a
+    # re-snapshot, which clears the marker, then the next heartbeat sets it again.
+    rows = 200
+    expected = _create_rates(debezium_stack, rows=rows)
+    rates = str(tmp_path / "tables" / "rates")
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-restarts",
+        [
+            {
+                "table": rates,
+                "source_table": TABLE,
+                "heartbeat_topic": debezium_stack.heartbeat_topic,
+                "snapshot_signals": ["heartbeat"],
+            }
+        ],
+    )
+    debezium_stack.create_data_topic(TABLE)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
+    try:
+        debezium_stack.start_connector([TABLE], notifications=False)
+        _wait(reports.marker_set, "the marker", 120, query)
+        first = delta.get_properties(rates)
+
+        # stopped, a change is made; restarted from its offsets, the connector sends it
+        debezium_stack.worker.stop()
+        debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
+        debezium_stack.restart_connector()
+        _wait(lambda: reports.versions() >= rows + 1, "the update after the restart", 90, query)
+        time.sleep(3)  # heartbeats of the restarted connector arrive and change nothing
+        after_restart = delta.get_properties(rates)
+        resnapshots_before = sum(t.resnapshot_started for r in reports.all for t in r.targets)
+
+        # restarted with snapshot.mode=always: every row is read again
+        debezium_stack.restart_connector(**{"snapshot.mode": "always"})
+        _wait(
+            lambda: (
+                reports.versions() >= 2 * rows + 1
+                and delta.get_properties(rates).get(L.PROP_SNAPSHOT_STATE) == "complete"
+            ),
+            "the re-snapshot and its marker",
+            120,
+            query,
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    assert first[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
+    assert resnapshots_before == 0
+    for key in (
+        L.PROP_SNAPSHOT_COMPLETE,
+        L.PROP_SNAPSHOT_COMPLETED_VERSION,
+        L.PROP_SNAPSHOT_SIGNAL_DETAIL,
+        L.PROP_SNAPSHOT_STATE,
+    ):
+        assert after_restart.get(key) == first.get(key), key
+
+    props = delta.get_properties(rates)
+    assert sum(t.resnapshot_started for r in reports.all for t in r.targets) == 1
+    assert props[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
+    assert int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]) > int(
+        first[L.PROP_SNAPSHOT_COMPLETED_VERSION]
+    )
+    assert (
+        props[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]
+        == (first[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
+    )
+    all_rows = delta.read(spark, rates).collect()
+    snapshot_rows = [r for r in all_rows if r._op == "r"]
+    assert len(snapshot_rows) == 2 * rows  # the initial snapshot and the re-snapshot, once each
+    assert [(r._op, r.currency) for r in all_rows if r._op != "r"] == [("u", "C0001")]
+    # every key was re-read: no synthetic delete; the re-read rows hold the update
+    assert not [r for r in all_rows if r._kafka_topic == "__lakehouse.resnapshot__"]
+    reread = {
+        r.currency: r.rate for r in sorted(snapshot_rows, key=lambda r: r._kafka_offset)[rows:]
+    }
+    assert reread == expected | {"C0001": Decimal("9.9999")}

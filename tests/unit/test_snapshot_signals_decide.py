@@ -271,6 +271,14 @@ def test_skipped_snapshot_is_surfaced_and_its_heartbeat_does_not_set_the_marker(
     assert any("alert open" in why for why in d.ignored)
 
 
+def test_a_table_scan_of_an_empty_table_sets_the_marker_and_opens_no_alert():
+    # Debezium 3.5 reports an empty table's scan as status EMPTY: a success, not a failure
+    t = Table(options=BOTH)
+    scan = note("TABLE_SCAN_COMPLETED", 20, collection="public.rates", status="EMPTY")
+    d = t.feed({}, notifications=(scan,))
+    assert d.fire.signal == "notification" and t.state.alert is None
+
+
 def test_failed_table_scan_opens_an_alert():
     t = Table(options=BOTH)
     scan = note("TABLE_SCAN_COMPLETED", 20, collection="public.rates", status="SQL_EXCEPTION")
