@@ -146,18 +146,6 @@ class CommitPlan:
     metadata: Mapping[str, Any]
 
 
-def commits_anything(plan: TargetPlan, decision: Decision, look: TargetLook) -> bool:
-    """Whether the batch writes to the table at all: a table that does not exist is created
-    only for rows routed to it, a signal that fires or is pending, or an alert."""
-    return (
-        plan.rows is not None
-        or look.exists
-        or decision.fire is not None
-        or bool(decision.state.pending)
-        or decision.alert_changed
-    )
-
-
 def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
     """The build watermark after committing up to ``max_event_time_ms``: every version with
     ``_event_time <= watermark`` is in the table.

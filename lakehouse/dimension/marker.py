@@ -337,6 +337,15 @@ class SnapshotStatus:
                 continue
             if value:
                 out.append((label, value))
+        if self.phase != "complete" and self.state.awaiting is not None:
+            out.append(
+                (
+                    "waiting for",
+                    "; or ".join(self.state.awaiting)
+                    + (" — or " if self.state.awaiting else "no signal is enabled: only ")
+                    + "lakehouse snapshot-complete",
+                )
+            )
         for signal in self.state.pending:
             missing = self.waiting_for.get(signal.signal, {})
             out.append(

@@ -198,6 +198,29 @@ class SnapshotOptions:
         """The signal topics this table listens to."""
         return tuple(t for t in (self.notification_topic, self.heartbeat_topic) if t)
 
+    def awaiting(self, source_table: str | None) -> tuple[str, ...]:
+        """What can end the snapshot phase of the table, strongest first, in words (for
+        ``lakehouse snapshot-status``); empty when no signal is active.
+
+        >>> options = SnapshotOptions(signals=frozenset({"heartbeat", "log_record"}),
+        ...                           heartbeat_topic="__debezium-heartbeat.shop")
+        >>> for line in options.awaiting("public.rates"):
+        ...     print(line)
+        a heartbeat on __debezium-heartbeat.shop
+        public.rates's first change after its snapshot
+        """
+        table = source_table or "the table"
+        scan = f" or TABLE_SCAN_COMPLETED of {source_table}" if source_table else ""
+        words: dict[SignalKind, str] = {
+            "notification": f"a Debezium notification on {self.notification_topic}: "
+            f"COMPLETED{scan}",
+            "heartbeat": f"a heartbeat on {self.heartbeat_topic}",
+            "last": f"{table}'s final snapshot record (source.snapshot 'last_in_data_collection' "
+            "or 'last'; an empty table has none)",
+            "log_record": f"{table}'s first change after its snapshot",
+        }
+        return tuple(words[kind] for kind in SIGNAL_KINDS if self.active(kind))
+
 
 # ------------------------------------------------------------------------------- offsets
 
@@ -569,6 +592,8 @@ class SignalState:
             replays, not a re-snapshot.
         snapshot_source_ts_ms: the newest ``source.ts_ms`` among them (the same rule when
             the connector gives no position).
+        awaiting: while the phase is not complete, what can end it, in words
+            (:meth:`SnapshotOptions.awaiting`); None when not recorded.
     """
 
     phase: Phase = "loading"
@@ -580,6 +605,7 @@ class SignalState:
     last_notification: Mapping[str, Any] | None = None
     snapshot_seq: str | None = None
     snapshot_source_ts_ms: int | None = None
+    awaiting: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
         """Serialise for commit metadata."""
@@ -594,6 +620,7 @@ class SignalState:
                 "lastNotification": self.last_notification,
                 "snapshotSeq": self.snapshot_seq,
                 "snapshotSourceTs": self.snapshot_source_ts_ms,
+                "awaiting": self.awaiting,
             },
             sort_keys=True,
         )
@@ -616,6 +643,7 @@ class SignalState:
                 last_notification=d.get("lastNotification") or None,
                 snapshot_seq=d.get("snapshotSeq") or None,
                 snapshot_source_ts_ms=_int_or_none(d.get("snapshotSourceTs")),
+                awaiting=tuple(map(str, d["awaiting"])) if d.get("awaiting") is not None else None,
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
@@ -885,6 +913,7 @@ def decide(
         pending=tuple(pending),
         alert=alert,
         last_notification=last_notification,
+        awaiting=options.awaiting(source_table),
     )
     return Decision(
         state=state,

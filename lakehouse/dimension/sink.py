@@ -49,7 +49,6 @@ from lakehouse.dimension.commit import (
     CommitPlan,
     RowStats,
     TargetLook,
-    commits_anything,
     plan_commit,
 )
 from lakehouse.dimension.decode import decode_raw
@@ -503,10 +502,10 @@ class BuildSink:
         """Read the table once, decide its commit (:func:`plan_commit`), write it, then set
         the marker when the decision fired and the data is committed."""
         uri = plan.target.table_uri
+        # every configured table is written, the first batch creating those nothing was routed
+        # to yet: a table still waiting for its snapshot (an empty source table, an idle
+        # source) exists, and snapshot-status says what it waits for
         look = self._look_at(plan.target, batch_id)
-        if not commits_anything(plan, decision, look):
-            # nothing routed here ever, and no signal or alert for it: no empty table
-            return TargetReport(table_uri=uri, version=None, rejected=plan.rejected_count)
         rows = plan.rows.persist() if plan.rows is not None else None
         try:
             commit = plan_commit(

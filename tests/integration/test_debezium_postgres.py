@@ -37,14 +37,14 @@ ROWS = 1000
 Record = tuple[bytes | None, bytes | None, int, int]
 
 
-def _create_rates(stack, rows: int = ROWS) -> dict[str, Decimal]:
-    stack.execute("CREATE TABLE public.rates (currency text PRIMARY KEY, rate numeric(10,4))")
+def _create_rates(stack, rows: int = ROWS, table: str = TABLE) -> dict[str, Decimal]:
+    stack.execute(f"CREATE TABLE {table} (currency text PRIMARY KEY, rate numeric(10,4))")
     stack.execute(
-        "INSERT INTO public.rates "
+        f"INSERT INTO {table} "
         "SELECT 'C' || lpad(i::text, 4, '0'), round(i / 7.0, 4) FROM generate_series(1, %s) i",
         (rows,),
     )
-    return dict(stack.query("SELECT currency, rate FROM public.rates"))
+    return dict(stack.query(f"SELECT currency, rate FROM {table}"))
 
 
 class _Reader:
@@ -631,3 +631,69 @@ def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_rese
         r.currency: r.rate for r in sorted(snapshot_rows, key=lambda r: r._kafka_offset)[rows:]
     }
     assert reread == expected | {"C0001": Decimal("9.9999")}
+
+
+@pytest.mark.spark
+def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_for_what(
+    spark, tmp_path, debezium_stack
+):
+    # The case Debezium's users report as "the snapshot never completes": no notifications,
+    # no heartbeats. Debezium 3.5 marks each table's final snapshot record
+    # 'last_in_data_collection' (the snapshot's final one 'last'), so a table with rows ends
+    # its own snapshot; an empty table sends nothing at all. While the source is idle its
+    # marker stays unset (an empty dimension cannot be told from one not loaded yet) and
+    # snapshot-status says what would end it. The table's first change does.
+    from typer.testing import CliRunner
+
+    from lakehouse.cli import app
+    from lakehouse.dimension import snapshot_status
+
+    rows = 100
+    _create_rates(debezium_stack, rows=rows)
+    debezium_stack.execute("CREATE TABLE public.fees (id integer PRIMARY KEY, fee numeric(6,2))")
+    rates, fees = (str(tmp_path / "tables" / name) for name in ("rates", "fees"))
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-idle",
+        [
+            {"table": rates, "source_table": TABLE},
+            {"table": fees, "source_table": "public.fees", "key": ["id"]},
+        ],
+    )
+    for source in (TABLE, "public.fees"):
+        debezium_stack.create_data_topic(source)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
+    try:
+        debezium_stack.start_connector(
+            [TABLE, "public.fees"], notifications=False, heartbeat_interval_ms=0
+        )
+        _wait(lambda: reports.marker_set(rates), "the marker of the table with rows", 120, query)
+        time.sleep(5)  # the source is idle: no record comes, so no batch runs
+        idle = delta.get_properties(fees) if delta.table_exists(fees) else {}
+        status = CliRunner().invoke(app, ["snapshot-status", fees])
+        waiting = dict(snapshot_status(fees).rows())["waiting for"]
+
+        debezium_stack.execute("INSERT INTO public.fees VALUES (1, 0.50)")
+        _wait(lambda: reports.marker_set(fees), "the marker from the first change", 90, query)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    print(f"\nsnapshot-status of the empty table while the source is idle:\n{status.output}")
+
+    assert delta.get_properties(rates)[L.PROP_SNAPSHOT_SIGNAL] == "last"
+    assert idle.get(L.PROP_SNAPSHOT_COMPLETE) == "false", idle
+    assert status.exit_code == 0 and "waiting for" in status.output, status.output
+    assert waiting == (
+        "public.fees's final snapshot record (source.snapshot 'last_in_data_collection' or "
+        "'last'; an empty table has none); or public.fees's first change after its snapshot "
+        "— or lakehouse snapshot-complete"
+    )
+
+    props = delta.get_properties(fees)
+    assert props[L.PROP_SNAPSHOT_SIGNAL] == "log_record"
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert [(r._op, r.id, r.fee) for r in delta.read(spark, fees).collect()] == [
+        ("c", 1, Decimal("0.50"))
+    ]

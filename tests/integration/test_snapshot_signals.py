@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from lakehouse import delta
 from lakehouse.cli import app
-from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions
+from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions, snapshot_status
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import complete_at
 from lakehouse.join import JoinOptions, TemporalJoin, read_build_channel
@@ -211,7 +211,14 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
         _raw(spark, s.records(rows) + s.records([notification("STARTED")], topic=NOTES)), 0
     )
     assert [x.phase for x in r0.targets] == ["loading", "loading"]
-    assert not delta.table_exists(fees.table_uri)  # nothing about fees yet
+    # every configured table exists from the ingest's first batch: fees, still loading, has
+    # no rows and says what would end its snapshot
+    assert delta.row_count(fees.table_uri) == 0
+    assert _props(fees.table_uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    waiting = dict(snapshot_status(fees.table_uri).rows())["waiting for"]
+    assert waiting.startswith(f"a Debezium notification on {NOTES}: COMPLETED or "), waiting
+    status = CliRunner().invoke(app, ["snapshot-status", fees.table_uri])
+    assert status.exit_code == 0 and "waiting for" in status.output
     scans = [
         notification("TABLE_SCAN_COMPLETED", "shop.public.rates"),
         notification("TABLE_SCAN_COMPLETED", "shop.public.fees"),

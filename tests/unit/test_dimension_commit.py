@@ -14,7 +14,6 @@ from lakehouse.dimension.commit import (
     RowStats,
     TargetLook,
     build_watermark,
-    commits_anything,
     plan_commit,
 )
 from lakehouse.dimension.plan import BlockEvidence, TargetPlan
@@ -194,16 +193,6 @@ def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
     commit = _commit(_look(), decision=both)
     assert commit.ghost_deletes and commit.start_resnapshot
     assert not _commit(replace(_look(), replay=True), decision=both).start_resnapshot
-
-
-def test_a_table_nothing_was_routed_to_is_not_created_without_a_signal_or_alert():
-    nothing = Decision(state=SignalState())
-    assert not commits_anything(_plan(), nothing, NO_TABLE)
-    assert commits_anything(_plan(), nothing, _look())
-    assert commits_anything(_plan(), Decision(state=SignalState(), fire=FIRED), NO_TABLE)
-    pending = Decision(state=SignalState(pending=(FIRED,)))
-    assert commits_anything(_plan(), pending, NO_TABLE)
-    assert commits_anything(_plan(), Decision(state=nothing.state, alert_changed=True), NO_TABLE)
 
 
 def test_the_look_reads_the_newest_value_of_each_key_and_the_block_count_only_when_blocked():

@@ -419,6 +419,22 @@ def test_state_survives_its_json_form():
     assert SignalState.from_json("{not json") == SignalState()
 
 
+def test_a_loading_table_records_what_can_end_its_snapshot_and_a_complete_one_does_not():
+    t = Table(options=SnapshotOptions(heartbeat_topic=BEATS))  # no notification topic
+    t.feed({TOPIC: {"0": 1}}, rows=rows(("true", 1, 0, 10)))
+    assert t.state.awaiting == (
+        f"a heartbeat on {BEATS}",
+        "public.rates's final snapshot record (source.snapshot 'last_in_data_collection' or "
+        "'last'; an empty table has none)",
+        "public.rates's first change after its snapshot",
+    )
+    t.feed({TOPIC: {"0": 2}}, rows=rows(("last", 1, 1, 11)))
+    assert t.phase == "complete" and t.state.awaiting is None
+    nothing = Table(options=SnapshotOptions(signals=frozenset({"notification"})))
+    nothing.feed({TOPIC: {"0": 1}}, rows=rows(("true", 1, 0, 10)))
+    assert nothing.state.awaiting == ()  # said as "only lakehouse snapshot-complete"
+
+
 def test_offsets_log_entry_parses():
     text = 'v1\n{"batchWatermarkMs":0}\n{"a": {"0": 5}, "hb": {"0": 2}}\n'
     assert planned_offsets(text) == {"a": {"0": 5}, "hb": {"0": 2}}
