@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from lakehouse import delta
 from lakehouse.cdc import ChangeEvent, Tombstone, decode_message
-from lakehouse.config import Settings
+from lakehouse.config import Settings, load_settings
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.signals import parse_heartbeat, parse_notification
 from lakehouse.runner import start_ingest
@@ -697,3 +700,150 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
     assert [(r._op, r.id, r.fee) for r in delta.read(spark, fees).collect()] == [
         ("c", 1, Decimal("0.50"))
     ]
+
+
+@pytest.mark.spark
+def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_table(
+    spark, tmp_path, debezium_stack
+):
+    # DDL arrives between data: Debezium's PostgreSQL connector learns a new relation from
+    # pgoutput and sends the next change with the new row image. A new column is added to
+    # the build table; a type change the table cannot hold blocks it (docs/operations.md,
+    # "Schema drift"): the changes are dead-lettered, nothing is applied on top of a missing
+    # change, and the marker stays.
+    _create_rates(debezium_stack, rows=50)
+    rates = str(tmp_path / "tables" / "rates")
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-ddl",
+        [
+            {
+                "table": rates,
+                "source_table": TABLE,
+                "notification_topic": debezium_stack.notification_topic,
+            }
+        ],
+    )
+    debezium_stack.create_data_topic(TABLE)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
+    try:
+        debezium_stack.start_connector([TABLE])
+        _wait(reports.marker_set, "the marker", 120, query)
+        debezium_stack.execute(
+            "ALTER TABLE public.rates ADD COLUMN source text;"
+            "INSERT INTO public.rates VALUES ('C9001', 1.5, 'ecb');"
+            "UPDATE public.rates SET source = 'fed' WHERE currency = 'C0001'"
+        )
+        _wait(lambda: reports.versions() >= 52, "the changes with the new column", 90, query)
+        debezium_stack.execute(
+            "ALTER TABLE public.rates ALTER COLUMN rate TYPE text USING rate::text;"
+            "UPDATE public.rates SET rate = 'n/a' WHERE currency = 'C0003';"
+            "UPDATE public.rates SET rate = '2' WHERE currency = 'C0004'"
+        )
+        _wait(
+            lambda: sum(r.dead_lettered for r in reports.all) >= 2,
+            "the changes after the type change, dead-lettered",
+            90,
+            query,
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    rows = delta.read(spark, rates).collect()
+    assert len(rows) == 52  # the snapshot and the two changes with the new column, no more
+    assert {r.source for r in rows if r._op == "r"} == {None}  # older versions read NULL
+    assert sorted((r._op, r.currency, r.source) for r in rows if r._op != "r") == [
+        ("c", "C9001", "ecb"),
+        ("u", "C0001", "fed"),
+    ]
+    props = delta.get_properties(rates)
+    block = json.loads(props[L.PROP_SCHEMA_BLOCK])
+    assert block["column"] == "rate", block
+    dead = delta.read(spark, settings.ingest.dead_letter_table).collect()
+    # both changes carry the string rate: each is itself the mismatch
+    assert [r._error_kind for r in dead] == ["schema_mismatch"] * 2
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"  # the marker is not the block's business
+
+
+@pytest.mark.spark
+def test_an_ingest_killed_mid_snapshot_restarts_to_every_row_once_and_one_marker(
+    spark, tmp_path, debezium_stack
+):
+    # The real snapshot is in Kafka (1000 rows, then COMPLETED); the ingest reads it 300
+    # records per batch as `lakehouse ingest` in its own process, which SIGKILLs itself
+    # after the data commit of batch 1, mid-snapshot. The restart from the same checkpoint
+    # ends with every row once and the marker set once, after the last row.
+    expected = _create_rates(debezium_stack)
+    data, notes = debezium_stack.data_topic(TABLE), debezium_stack.notification_topic
+    debezium_stack.start_connector([TABLE])
+    reader = _Reader(debezium_stack.bootstrap, [data, notes])
+    try:
+        reader.read_until(
+            lambda r: (
+                len(r[data]) >= ROWS
+                and any(b'"COMPLETED"' in (v or b"") for _, v, _, _ in r[notes])
+            ),
+            "the snapshot and its COMPLETED notification in Kafka",
+        )
+    finally:
+        reader.close()
+    debezium_stack.worker.stop()  # the input stays as it is
+
+    rates = tmp_path / "tables" / "rates"
+    cfg = tmp_path / "ingest.toml"
+    cfg.write_text(f"""
+[spark]
+master = "local[2]"
+conf = {{ "spark.sql.shuffle.partitions" = "2", "spark.ui.enabled" = "false" }}
+[kafka]
+bootstrap_servers = "{debezium_stack.bootstrap}"
+[ingest]
+pipeline_id = "debezium-killed"
+source = "kafka"
+topics = ["{data}"]
+checkpoint = "{tmp_path}/checkpoints/ingest"
+dead_letter_table = "{tmp_path}/tables/cdc_dead_letter"
+trigger = "available-now"
+max_records_per_trigger = 300
+[[ingest.tables]]
+table = "{rates}"
+source_table = "{TABLE}"
+notification_topic = "{notes}"
+snapshot_signals = ["notification"]
+""")
+    killed = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "ingest", "-c", str(cfg)],
+        env={**os.environ, "LAKEHOUSE_FAILPOINTS": "ingest.after_data@1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
+    at_kill = delta.read(spark, str(rates)).count()
+    marker_at_kill = delta.get_properties(str(rates))[L.PROP_SNAPSHOT_COMPLETE]
+
+    query = start_ingest(spark, load_settings(cfg))
+    query.awaitTermination()
+    assert query.exception() is None
+    print(f"\nkilled with {at_kill} of {ROWS} snapshot rows committed; the restart took the rest")
+
+    assert 0 < at_kill < ROWS and marker_at_kill == "false"  # killed mid-snapshot
+    rows = delta.read(spark, str(rates)).collect()
+    assert len(rows) == ROWS and {r.currency: r.rate for r in rows} == expected  # each once
+    props = delta.get_properties(str(rates))
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert delta.row_count(str(rates), version=int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])) == (
+        ROWS
+    )
+    # one data commit ended the snapshot (the marker commit follows it), and it is the first
+    ended = [c.metadata.get(L.META_SNAPSHOT_ENDED) for c in delta.history(str(rates))]
+    assert [e for e in ended if e] == ["notification"]
+    first, completed = (
+        props[key]
+        for key in (L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, L.PROP_SNAPSHOT_COMPLETED_VERSION)
+    )
+    assert first == completed
