@@ -9,6 +9,7 @@ were made).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,12 +18,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from postgres_stack import DEBEZIUM_USER
+from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse import delta
 from lakehouse.cdc import ChangeEvent, Tombstone, decode_message
@@ -253,6 +256,22 @@ class _Reports:
         return sum(t.rows for t in self._targets(table))
 
 
+@contextlib.contextmanager
+def _ingesting(spark, stack, settings: Settings) -> Iterator[tuple[StreamingQuery, _Reports]]:
+    """Create the ingest's data topics (one partition each, before the connector's first
+    run, as the README says), start the ingest with a report collector, and stop it at the
+    end; a query that failed fails the test."""
+    for table in settings.ingest.tables:
+        stack.create_data_topic(table.source_table)
+    reports = _Reports()
+    query = start_ingest(spark, settings, on_batch=reports)
+    try:
+        yield query, reports
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+
 def _wait(condition: Callable[[], bool], what: str, timeout_s: float, query) -> float:
     started = time.monotonic()
     while not condition():
@@ -291,10 +310,7 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     )
     # the data topic exists before the ingest starts; the connector starts after it, so the
     # ingest sees the snapshot arrive as it does in production
-    debezium_stack.create_data_topic(TABLE)
-    reports = _Reports()
-    query = start_ingest(spark, settings, on_batch=reports)
-    try:
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE])
         running = time.monotonic() - started
         marker_s = _wait(reports.marker_set, "the marker", 120, query)
@@ -305,9 +321,6 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
         debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
         debezium_stack.execute("DELETE FROM public.rates WHERE currency = 'C0002'")
         log_s = _wait(lambda: reports.versions() >= ROWS + 2, "the update and delete", 90, query)
-    finally:
-        query.stop()
-    assert query.exception() is None
     batches = [r for r in reports.all if not r.skipped]
     print(
         f"\nconnector running {running:.1f} s after the test started; marker set "
@@ -473,11 +486,7 @@ def test_two_tables_one_empty_then_the_log_phase_in_commit_order(spark, tmp_path
             {"table": fees, "source_table": fees_table, "key": ["id"], **signals},
         ],
     )
-    for table in (TABLE, fees_table):
-        debezium_stack.create_data_topic(table)
-    reports = _Reports()
-    query = start_ingest(spark, settings, on_batch=reports)
-    try:
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE, fees_table], extra={"skipped.operations": "none"})
         _wait(
             lambda: reports.marker_set(rates) and reports.marker_set(fees),
@@ -507,9 +516,6 @@ def test_two_tables_one_empty_then_the_log_phase_in_commit_order(spark, tmp_path
             90,
             query,
         )
-    finally:
-        query.stop()
-    assert query.exception() is None
 
     # the empty table: created, complete from its own table scan (Debezium 3.5 says
     # SUCCEEDED for it), with no rows
@@ -572,10 +578,7 @@ def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_rese
             }
         ],
     )
-    debezium_stack.create_data_topic(TABLE)
-    reports = _Reports()
-    query = start_ingest(spark, settings, on_batch=reports)
-    try:
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE], notifications=False)
         _wait(reports.marker_set, "the marker", 120, query)
         first = delta.get_properties(rates)
@@ -600,9 +603,6 @@ def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_rese
             120,
             query,
         )
-    finally:
-        query.stop()
-    assert query.exception() is None
 
     assert first[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
     assert resnapshots_before == 0
@@ -664,11 +664,7 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
             {"table": fees, "source_table": "public.fees", "key": ["id"]},
         ],
     )
-    for source in (TABLE, "public.fees"):
-        debezium_stack.create_data_topic(source)
-    reports = _Reports()
-    query = start_ingest(spark, settings, on_batch=reports)
-    try:
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector(
             [TABLE, "public.fees"], notifications=False, heartbeat_interval_ms=0
         )
@@ -680,9 +676,6 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
 
         debezium_stack.execute("INSERT INTO public.fees VALUES (1, 0.50)")
         _wait(lambda: reports.marker_set(fees), "the marker from the first change", 90, query)
-    finally:
-        query.stop()
-    assert query.exception() is None
     print(f"\nsnapshot-status of the empty table while the source is idle:\n{status.output}")
 
     assert delta.get_properties(rates)[L.PROP_SNAPSHOT_SIGNAL] == "last"
@@ -725,10 +718,7 @@ def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_
             }
         ],
     )
-    debezium_stack.create_data_topic(TABLE)
-    reports = _Reports()
-    query = start_ingest(spark, settings, on_batch=reports)
-    try:
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE])
         _wait(reports.marker_set, "the marker", 120, query)
         debezium_stack.execute(
@@ -748,9 +738,6 @@ def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_
             90,
             query,
         )
-    finally:
-        query.stop()
-    assert query.exception() is None
 
     rows = delta.read(spark, rates).collect()
     assert len(rows) == 52  # the snapshot and the two changes with the new column, no more
@@ -847,3 +834,90 @@ snapshot_signals = ["notification"]
         for key in (L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, L.PROP_SNAPSHOT_COMPLETED_VERSION)
     )
     assert first == completed
+
+
+@pytest.mark.spark
+def test_incremental_and_blocking_snapshots_through_the_signal_table(
+    spark, tmp_path, debezium_stack
+):
+    # Debezium's ad-hoc snapshots, asked for through its signal table (signal.data.collection)
+    # while the ingest runs: an incremental snapshot re-reads every row as ordinary versions
+    # ('incremental': the marker stays); a blocking snapshot re-reads them as a snapshot,
+    # which is a re-snapshot: the marker is cleared (joins read the last complete version)
+    # and set again when it completes.
+    rows = 200
+    expected = _create_rates(debezium_stack, rows=rows)
+    signals = "public.debezium_signal"
+    debezium_stack.execute(
+        f"CREATE TABLE {signals} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, "
+        "data varchar(2048));"
+        # an incremental snapshot writes its window marks into the signal table, as the
+        # connector's user (without: "SQL error while executing incremental snapshot")
+        f"GRANT INSERT, DELETE ON {signals} TO {DEBEZIUM_USER}"
+    )
+    rates = str(tmp_path / "tables" / "rates")
+    settings = _ingest_settings(
+        debezium_stack,
+        tmp_path,
+        "debezium-adhoc",
+        [
+            {
+                "table": rates,
+                "source_table": TABLE,
+                "notification_topic": debezium_stack.notification_topic,
+                "heartbeat_topic": debezium_stack.heartbeat_topic,
+            }
+        ],
+    )
+
+    def snapshot(kind: str) -> None:
+        data = json.dumps({"data-collections": [TABLE], "type": kind})
+        debezium_stack.execute(
+            f"INSERT INTO {signals} VALUES (%s, 'execute-snapshot', %s)", (f"{kind}-1", data)
+        )
+
+    def state() -> str | None:
+        return delta.get_properties(rates).get(L.PROP_SNAPSHOT_STATE)
+
+    def resnapshots(reports) -> int:
+        return sum(t.resnapshot_started for r in reports.all for t in r.targets)
+
+    with _ingesting(spark, debezium_stack, settings) as (query, reports):
+        debezium_stack.start_connector([TABLE, signals], extra={"signal.data.collection": signals})
+        _wait(reports.marker_set, "the marker", 120, query)
+        first = delta.get_properties(rates)
+
+        snapshot("incremental")
+        _wait(lambda: reports.versions() >= 2 * rows, "the incremental snapshot", 120, query)
+        after_incremental = delta.get_properties(rates)
+        incremental_resnapshots = resnapshots(reports)
+
+        snapshot("blocking")
+        _wait(
+            lambda: (
+                reports.versions() >= 3 * rows and state() == "complete" and resnapshots(reports)
+            ),
+            "the blocking snapshot and its marker",
+            120,
+            query,
+        )
+    every = delta.read(spark, rates).collect()
+
+    assert incremental_resnapshots == 0
+    for key in (L.PROP_SNAPSHOT_COMPLETED_VERSION, L.PROP_SNAPSHOT_STATE):
+        assert after_incremental[key] == first[key], key  # the incremental snapshot: no change
+    assert resnapshots(reports) == 1
+    props = delta.get_properties(rates)
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]) > int(
+        after_incremental[L.PROP_SNAPSHOT_COMPLETED_VERSION]
+    )
+    by_offset = sorted(every, key=lambda r: r._kafka_offset)
+    assert len(by_offset) == 3 * rows and {r._op for r in by_offset} == {"r"}
+    initial, incremental, blocking = (by_offset[i * rows : (i + 1) * rows] for i in range(3))
+    for part in (initial, incremental, blocking):
+        assert {r.currency: r.rate for r in part} == expected  # each key once per snapshot
+    assert {r._snapshot for r in initial} == {True}
+    assert {r._snapshot for r in blocking} == {True}
+    assert {r._snapshot for r in incremental} == {False}  # ordinary versions
+    assert not [r for r in every if r._kafka_topic == "__lakehouse.resnapshot__"]
