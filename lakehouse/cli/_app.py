@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from lakehouse.errors import ConfigError, LakehouseError
 
@@ -63,14 +64,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except LakehouseError as e:
         _trace(e)
-        err_console.print(f"[bold red]error:[/] {e}")
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}")
         sys.exit(2 if isinstance(e, ConfigError) else 1)
     except Exception as e:
         cause = _lakehouse_cause(e)
         if cause is None:
             raise
         _trace(e)
-        err_console.print(f"[bold red]error:[/] {cause}")
+        err_console.print(f"[bold red]error:[/] {escape(cause)}")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from lakehouse.cli._app import err_console
 
 
@@ -78,7 +80,7 @@ def require_build_table(uri: str, *, wait: bool) -> None:
 
 def notice(message: str) -> None:
     """A line on stderr for something the user should know that is no error."""
-    err_console.print(f"[yellow]{message}[/]")
+    err_console.print(f"[yellow]{escape(message)}[/]")
 
 
 def with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
@@ -96,7 +98,8 @@ def with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
         block = open_block(delta.get_properties(build_table))
         if block is not None:
             err_console.print(
-                f"  [bold red]build table {build_table} {block.describe()}[/]; row-time "
+                f"  [bold red]build table {escape(build_table)} {escape(block.describe())}[/]; "
+                "row-time "
                 "joins wait at its watermark, processing-time joins read its last consistent "
                 "version"
             )

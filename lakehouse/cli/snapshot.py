@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.cli._app import ConfigOpt, app, console
@@ -31,9 +32,9 @@ def snapshot_status(table: Annotated[str, typer.Argument(help="Build table locat
     )
     for label, value in status.rows():
         if label == "ALERT":
-            out.add_row(f"[bold red]{label}[/]", f"[bold red]{value}[/]")
+            out.add_row(f"[bold red]{label}[/]", f"[bold red]{escape(value)}[/]")
         else:
-            out.add_row(label, value)
+            out.add_row(label, escape(value))
     console.print(out)
 
 
@@ -48,9 +49,11 @@ def snapshot_complete(
 
     version = operator_complete(table, reason=reason)
     if version is None:
-        console.print(f"{table}: snapshot already complete; nothing changed")
+        console.print(f"{table}: snapshot already complete; nothing changed", markup=False)
         return
-    console.print(f"{table}: snapshot marked complete at version {version} (reason: {reason})")
+    console.print(
+        f"{table}: snapshot marked complete at version {version} (reason: {reason})", markup=False
+    )
 
 
 @app.command("schema-resolve")
@@ -89,6 +92,8 @@ def schema_resolve(
     )
     if result.still_incompatible:
         what += f", {result.still_incompatible} still do not fit and stay dead-lettered"
-    console.print(what)
+    console.print(what, markup=False)
     if result.cleared:
-        console.print(f"{table}: schema block cleared (reason: {reason}); restart the ingest")
+        console.print(
+            f"{table}: schema block cleared (reason: {reason}); restart the ingest", markup=False
+        )

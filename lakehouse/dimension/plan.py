@@ -287,8 +287,8 @@ def plan_target(
     if not key_columns:
         raise ConfigError(
             f"build table '{uri}': no key columns configured and the records carry no Debezium "
-            "key; set key_columns (e.g. --key id)",
-            setting="key_columns",
+            'key; set the table\'s key (key = ["id"] under [[ingest.tables]], or --key id)',
+            setting="key",
         )
     missing = [k for k in key_columns if k not in order]
     if missing and compatible:

@@ -111,3 +111,12 @@ def test_a_files_source_whose_directory_does_not_exist_is_refused_before_spark(
     assert code == 2, out.err
     assert f"error: directory '{tmp_path / 'typo'}' ({command}.path) does not exist" in said
     assert "Traceback" not in out.err
+
+
+def test_an_error_naming_a_configuration_section_prints_it_as_written(capsys, tmp_path):
+    # rich reads "[join]" as a style tag: unescaped, the line said "needs a  section"
+    cfg = tmp_path / "lakehouse.toml"
+    cfg.write_text('[spark]\nmaster = "local[1]"\n')
+    code, out = _run(["quality", "-c", str(cfg)], capsys)
+    assert code == 2
+    assert "the configuration needs a [join] section" in " ".join(out.err.split())
