@@ -4,7 +4,9 @@ The server binaries of the machine's PostgreSQL (Debian: package ``postgresql``,
 ``/usr/lib/postgresql/<major>/bin``; elsewhere ``initdb`` on the ``PATH``; or the folder
 ``LAKEHOUSE_PG_BINDIR``) run a new cluster: ``initdb`` into a temporary directory, then
 ``postgres`` with ``wal_level=logical`` (``pgoutput``, the plugin Debezium uses, is built in),
-listening only on 127.0.0.1 on a free port, its unix socket in its own directory. It is
+listening only on 127.0.0.1 on a free port, its unix socket in its own directory, with
+``track_commit_timestamp=on`` (so ``pg_xact_commit_timestamp(xmin)`` gives a row's commit
+time, the instant Debezium sends as ``source.ts_ms``). It is
 stopped by its process id (SIGINT, PostgreSQL's fast shutdown; SIGKILL after a timeout) and
 its directory removed.
 
@@ -246,6 +248,9 @@ class PostgresCluster:
             "wal_level": "logical",
             "max_replication_slots": str(self.max_replication_slots),
             "max_wal_senders": str(self.max_replication_slots),
+            # pg_xact_commit_timestamp(xid): the commit time Debezium sends as source.ts_ms,
+            # which the row-time truth reads back from the database's own record
+            "track_commit_timestamp": "on",
             # a throwaway cluster: no durability, little memory
             "fsync": "off",
             "synchronous_commit": "off",

@@ -921,3 +921,187 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
     assert {r._snapshot for r in blocking} == {True}
     assert {r._snapshot for r in incremental} == {False}  # ordinary versions
     assert not [r for r in every if r._kafka_topic == "__lakehouse.resnapshot__"]
+
+
+#: The database's own record of every change to ``public.rates``: a row per changed row, in
+#: statement order (``id``), written in the change's transaction, so ``xmin`` is its
+#: transaction and ``pg_xact_commit_timestamp(xmin)`` its commit time
+#: (``track_commit_timestamp=on``: the instant Debezium sends as ``source.ts_ms``).
+_HISTORY = """
+CREATE TABLE public.rates_history (
+    id bigserial PRIMARY KEY, currency text NOT NULL, rate numeric(10,4), op char(1) NOT NULL
+);
+CREATE FUNCTION public.record_rate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO public.rates_history (currency, rate, op) VALUES (OLD.currency, NULL, 'd');
+    ELSE
+        INSERT INTO public.rates_history (currency, rate, op)
+        VALUES (NEW.currency, NEW.rate, lower(left(TG_OP, 1)));
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER rates_history AFTER INSERT OR UPDATE OR DELETE ON public.rates
+    FOR EACH ROW EXECUTE FUNCTION public.record_rate();
+"""
+
+
+def _workload(rng, currencies: list[str], transactions: int) -> list[list[str]]:
+    """Transactions of one to three statements: updates (some of one key twice), deletes,
+    re-inserts of what was deleted, a delete and re-insert of one key in one transaction."""
+    live, gone = list(currencies), []
+    plan: list[list[str]] = []
+    for i in range(transactions):
+        statements: list[str] = []
+        if i % 11 == 5 and len(live) > 3:
+            victim = live.pop(rng.randrange(len(live)))
+            gone.append(victim)
+            statements.append(f"DELETE FROM public.rates WHERE currency = '{victim}'")
+        elif i % 11 == 9 and gone:
+            back = gone.pop(0)
+            live.append(back)
+            statements.append(f"INSERT INTO public.rates VALUES ('{back}', {i}.5)")
+        elif i % 17 == 8:
+            key = rng.choice(live)
+            statements += [
+                f"DELETE FROM public.rates WHERE currency = '{key}'",
+                f"INSERT INTO public.rates VALUES ('{key}', {i}.25)",
+            ]
+        for _ in range(rng.randint(1, 2)):
+            key = rng.choice(live)
+            statements.append(
+                f"UPDATE public.rates SET rate = {rng.randint(1, 99_999) / 10_000} "
+                f"WHERE currency = '{key}'"
+            )
+        plan.append(statements)
+    return plan
+
+
+@pytest.mark.spark
+def test_the_rowtime_join_equals_the_databases_own_history(spark, tmp_path, debezium_stack):
+    # Row-time truth from PostgreSQL itself: a trigger records every change with its
+    # transaction, PostgreSQL knows each transaction's commit time. For probe rows at and
+    # around every commit, the as-of answer computed from that record must be the row-time
+    # join's, row for row: the rate, matched or not, and the version's start (the commit
+    # time, to the millisecond).
+    import random
+
+    from lakehouse.runner import start_join
+
+    rng = random.Random(14)
+    stack = debezium_stack
+    currencies = [f"C{i:04d}" for i in range(1, 21)]
+    stack.execute("CREATE TABLE public.rates (currency text PRIMARY KEY, rate numeric(10,4))")
+    stack.execute(_HISTORY)
+    stack.execute(
+        "".join(
+            f"INSERT INTO public.rates VALUES ('{c}', 1.{i:04d});" for i, c in enumerate(currencies)
+        )
+    )
+    build = str(tmp_path / "tables" / "rates")
+    settings = _ingest_settings(
+        stack,
+        tmp_path,
+        "debezium-history",
+        [
+            {
+                "table": build,
+                "source_table": TABLE,
+                "notification_topic": stack.notification_topic,
+                "heartbeat_topic": stack.heartbeat_topic,
+            }
+        ],
+    )
+    plan = _workload(rng, currencies, transactions=60)
+    with _ingesting(spark, stack, settings) as (query, reports):
+        stack.start_connector([TABLE])
+        _wait(reports.marker_set, "the marker", 120, query)
+        (logged_before,) = stack.query("SELECT count(*) FROM public.rates_history")[0]
+        with stack.postgres.connect(stack.dbname) as conn:
+            for statements in plan:
+                with conn.transaction():
+                    for statement in statements:
+                        conn.execute(statement)
+                # most commits milliseconds apart, some in the same millisecond
+                time.sleep(rng.choice((0, 0.003, 0.02, 0.08)))
+        (logged,) = stack.query("SELECT count(*) FROM public.rates_history")[0]
+        changes = logged - logged_before
+        _wait(lambda: reports.versions() >= len(currencies) + changes, "every change", 90, query)
+
+    history = stack.query(
+        "SELECT id, currency, rate, op, "
+        "floor(extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000)::bigint "
+        "FROM public.rates_history WHERE id > %s ORDER BY id",
+        (logged_before,),
+    )
+    snapshot = (
+        delta.read(spark, build)
+        .where("_snapshot")
+        .selectExpr("currency", "rate", "unix_millis(_event_time) AS ms")
+        .collect()
+    )
+    snapshot_ms = max(r.ms for r in snapshot)
+    initial = {r.currency: r.rate for r in snapshot}
+    commits = sorted({ms for *_, ms in history})
+    assert commits[0] > snapshot_ms  # the workload ran after the snapshot was read
+
+    def truth(currency: str, t_ms: int) -> tuple[Decimal | None, int | None]:
+        """The rate of ``currency`` as of ``t_ms`` by the database's record, and when that
+        version began (None for the snapshot's); (None, None) when it did not exist."""
+        rate, start = initial.get(currency), None
+        for _, key, value, op, ms in history:  # in statement order, so commit order
+            if key == currency and ms <= t_ms:
+                rate, start = (None, None) if op == "d" else (value, ms)
+        return rate, start
+
+    # probes at, just before and just after every commit, for every currency, and between
+    times = sorted({t for ms in commits for t in (ms - 1, ms, ms + 1)} | {snapshot_ms + 1})
+    probes = [(i, c, t) for i, (t, c) in enumerate(((t, c) for t in times for c in currencies), 1)]
+    probes_dir = tmp_path / "orders"
+    probes_dir.mkdir()
+    (probes_dir / "orders.jsonl").write_text(
+        "".join(
+            json.dumps({"order_id": i, "currency": c, "order_ms": t}) + "\n" for i, c, t in probes
+        )
+    )
+    join = Settings.model_validate(
+        {
+            "join": {
+                "pipeline_id": "orders-rowtime-truth",
+                "source": "files",
+                "path": str(probes_dir),
+                "checkpoint": str(tmp_path / "checkpoints" / "join"),
+                "trigger": "available-now",
+                "until_complete": True,
+                "build_complete": True,  # the ingest is stopped: it holds every change
+                "mode": "rowtime",
+                "join_type": "left",
+                "probe_schema": "order_id bigint, currency string, order_ms bigint",
+                "probe_key": ["currency"],
+                "probe_id": "order_id",
+                "probe_time": "order_ms",
+                "build_table": build,
+                "output_table": str(tmp_path / "tables" / "orders"),
+                "pending_table": str(tmp_path / "tables" / "orders_pending"),
+                "dead_letter_table": str(tmp_path / "tables" / "orders_dead_letter"),
+            }
+        }
+    )
+    query = start_join(spark, join)
+    query.awaitTermination()
+    assert query.exception() is None
+    out = {
+        r.order_id: (r.rate, r.build_ms if r._matched and r.build_ms > snapshot_ms else None)
+        for r in delta.read(spark, join.join.output_table)
+        .selectExpr("order_id", "rate", "_matched", "unix_millis(_build_event_time) AS build_ms")
+        .collect()
+    }
+    expected = {i: truth(c, t) for i, c, t in probes}
+    print(
+        f"\n{len(plan)} transactions, {changes} changed rows, {len(commits)} distinct commit "
+        f"milliseconds; {len(probes)} probe rows, "
+        f"{sum(rate is None for rate, _ in expected.values())} of them when their key was deleted"
+    )
+    assert len(out) == len(probes)
+    wrong = {i: (out[i], expected[i]) for i in expected if out[i] != expected[i]}
+    assert not wrong, f"{len(wrong)} rows differ (join, database): {list(wrong.items())[:5]}"
