@@ -36,6 +36,9 @@ def ingest_line(report: BatchReport) -> str:
     if report.unrouted:
         parts.append(f"[yellow]{report.unrouted} of no configured table[/]")
     for t in report.targets:
+        if t.unchanged:
+            parts.append(f"{t.table_uri}: unchanged, nothing committed (v{t.version})")
+            continue
         marker = "[green]snapshot complete[/]" if t.snapshot_complete else (f"snapshot {t.phase}")
         if t.marker_set_now:
             marker = f"[bold green]snapshot complete (marker set now by {t.signal})[/]"

@@ -46,6 +46,7 @@ class TargetLook:
         max_event_time_ms: the largest event time its data commits recorded, if any.
         watermark_ms: the build watermark its last data commit recorded.
         blocked_total: records dead-lettered under the open schema block so far.
+        snapshot_state: the snapshot bookkeeping its last data commit recorded (JSON).
     """
 
     exists: bool
@@ -55,6 +56,7 @@ class TargetLook:
     max_event_time_ms: int | None = None
     watermark_ms: int = WATERMARK_MIN
     blocked_total: int = 0
+    snapshot_state: str | None = None
 
     @classmethod
     def from_history(
@@ -77,7 +79,7 @@ class TargetLook:
         >>> look.max_event_time_ms, look.watermark_ms, look.blocked_total
         (100, 90, 0)
         """
-        wanted = [L.META_MAX_EVENT_TIME, L.META_WATERMARK]
+        wanted = [L.META_MAX_EVENT_TIME, L.META_WATERMARK, L.META_SNAPSHOT_STATE]
         if properties.get(L.PROP_SCHEMA_BLOCK):
             wanted.append(L.META_SCHEMA_BLOCKED_TOTAL)
         found: dict[str, str] = {}
@@ -97,6 +99,7 @@ class TargetLook:
             max_event_time_ms=int(max_ts) if max_ts is not None else None,
             watermark_ms=int(watermark) if watermark is not None else WATERMARK_MIN,
             blocked_total=int(found.get(L.META_SCHEMA_BLOCKED_TOTAL) or 0),
+            snapshot_state=found.get(L.META_SNAPSHOT_STATE),
         )
 
 
@@ -131,6 +134,11 @@ class CommitPlan:
         watermark_ms: the build watermark after this batch.
         metadata: the data commit's metadata (the synthetic deletes' count is added when
             ``ghost_deletes`` finds some).
+        changes_nothing: the batch changes nothing in the table (no row, no signal that
+            moves its snapshot bookkeeping, the same watermark, nothing else above): no
+            commit at all. A batch of Debezium heartbeats alone is one; committing it would
+            add an empty version per trigger, and a join could never see the table idle.
+            A replay of such a batch decides the same, so exactly-once holds.
     """
 
     create: Mapping[str, str] | None
@@ -144,6 +152,7 @@ class CommitPlan:
     max_event_time_ms: int | None
     watermark_ms: int
     metadata: Mapping[str, Any]
+    changes_nothing: bool = False
 
 
 def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
@@ -233,7 +242,24 @@ def plan_commit(
         metadata[L.META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
     if plan.schema_changes:
         metadata[L.META_SCHEMA_CHANGES] = plan.schema_changes[:MAX_DDL_PER_COMMIT]
+    state = metadata[L.META_SNAPSHOT_STATE]
+    changes_nothing = (
+        look.exists
+        and not look.replay
+        and rows.count == 0
+        and plan.rejected_count == 0
+        and not plan.schema_changes
+        and learn_key is None
+        and block is None
+        and decision.fire is None
+        and not decision.start_resnapshot
+        and look.snapshot_state is not None
+        and state == look.snapshot_state
+        and max_ts == look.max_event_time_ms
+        and watermark == look.watermark_ms
+    )
     return CommitPlan(
+        changes_nothing=changes_nothing,
         create=create,
         learn_key=learn_key,
         start_resnapshot=decision.start_resnapshot and not look.replay,

@@ -518,7 +518,11 @@ class BuildSink:
                 end_offsets=end_offsets,
                 now_iso=now_iso(),
             )
-            written = self._write_target(plan, commit, rows, batch_id)
+            if commit.changes_nothing:
+                unchanged = delta.WriteResult(version=look.version, skipped=False, rows=0)
+                written = _Written(result=unchanged, synthetic_deletes=0, block=None)
+            else:
+                written = self._write_target(plan, commit, rows, batch_id)
         finally:
             if rows is not None:
                 rows.unpersist()
@@ -540,6 +544,7 @@ class BuildSink:
             snapshot_complete=marker_now or is_complete(props),
             marker_set_now=marker_now,
             skipped=result.skipped,
+            unchanged=commit.changes_nothing,
             phase=phase_of(props),
             signal=decision.fire.signal if marker_now and decision.fire else None,
             pending=tuple(f"{p.signal}: {p.detail}" for p in decision.state.pending),

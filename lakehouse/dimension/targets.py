@@ -64,6 +64,8 @@ class TargetReport:
         alert: the open snapshot alert (ABORTED, SKIPPED, failed table scan), if any.
         resnapshot_started: this batch started a re-snapshot (the marker was cleared).
         synthetic_deletes: deletes added for keys a completed re-snapshot did not re-read.
+        unchanged: the batch changed nothing in the table and committed nothing
+            (``version`` is the table's version before it): heartbeats alone, say.
     """
 
     table_uri: str
@@ -75,6 +77,7 @@ class TargetReport:
     snapshot_complete: bool = False
     marker_set_now: bool = False
     skipped: bool = False
+    unchanged: bool = False
     phase: str = "loading"
     signal: str | None = None
     pending: tuple[str, ...] = ()

@@ -198,11 +198,12 @@ def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
 def test_the_look_reads_the_newest_value_of_each_key_and_the_block_count_only_when_blocked():
     metadata = [
         {"lakehouse.reason": "marker"},
-        {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: ""},
+        {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: "", L.META_SNAPSHOT_STATE: "{}"},
         {L.META_WATERMARK: "40", L.META_MAX_EVENT_TIME: "50", L.META_SCHEMA_BLOCKED_TOTAL: "7"},
     ]
     look = TargetLook.from_history(version=9, properties={}, replay=False, metadata=metadata)
     assert (look.max_event_time_ms, look.watermark_ms, look.blocked_total) == (50, 90, 0)
+    assert look.snapshot_state == "{}"
     blocked = {L.PROP_SCHEMA_BLOCK: json.dumps({"column": "x"})}
     look = TargetLook.from_history(version=9, properties=blocked, replay=True, metadata=metadata)
     assert look.blocked_total == 7 and look.replay and look.version == 9
@@ -216,3 +217,59 @@ def test_the_look_reads_the_newest_value_of_each_key_and_the_block_count_only_wh
 
     TargetLook.from_history(version=9, properties={}, replay=False, metadata=lazily())
     assert read == [0, 1, 2]  # stops once it has every value it wants
+
+
+def _quiet_look(state: SignalState) -> TargetLook:
+    """A complete table whose last data commit recorded up to 20 s and ``state``."""
+    return _look(max_event_time_ms=20_000, watermark_ms=18_999, snapshot_state=state.to_json())
+
+
+def test_a_batch_that_changes_nothing_commits_nothing():
+    # Debezium's heartbeats alone, after the marker: no row, the same bookkeeping
+    state = SignalState(phase="complete", positions={"cdc": {"0": 7}})
+    quiet = _commit(_quiet_look(state), decision=Decision(state=state), rows=RowStats())
+    assert quiet.changes_nothing
+    # anything that changes the table commits
+    look = _quiet_look(state)
+    moved = SignalState(phase="complete", positions={"cdc": {"0": 9}})
+    changed = {
+        "a row": _commit(look, decision=Decision(state=state)),
+        "moved bookkeeping": _commit(look, decision=Decision(state=moved), rows=RowStats()),
+        "a fired signal": _commit(
+            look, decision=Decision(state=state, fire=FIRED), rows=RowStats()
+        ),
+        "a rejected row": _commit(
+            look, _plan(rejected_count=1), decision=Decision(state=state), rows=RowStats()
+        ),
+        "a schema change": _commit(
+            look,
+            _plan(schema_changes=({"ddl": "ALTER TABLE rates ADD c int"},)),
+            decision=Decision(state=state),
+            rows=RowStats(),
+        ),
+        "a new block": _commit(
+            look, _plan(evidence=_EVIDENCE), decision=Decision(state=state), rows=RowStats()
+        ),
+        "a table to create": _commit(NO_TABLE, decision=Decision(state=state), rows=RowStats()),
+        "no recorded state": _commit(
+            replace(look, snapshot_state=None), decision=Decision(state=state), rows=RowStats()
+        ),
+    }
+    assert {why: c.changes_nothing for why, c in changed.items()} == dict.fromkeys(changed, False)
+    # a replay decides its data commit as the first attempt did (Delta skips it)
+    replay = _commit(replace(look, replay=True), decision=Decision(state=state), rows=RowStats())
+    assert not replay.changes_nothing
+
+
+def test_the_look_reads_the_recorded_bookkeeping_from_the_last_data_commit():
+    state = SignalState(phase="complete").to_json()
+    look = TargetLook.from_history(
+        version=9,
+        properties={},
+        replay=False,
+        metadata=[
+            {"lakehouse.reason": "marker"},
+            {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: "100", L.META_SNAPSHOT_STATE: state},
+        ],
+    )
+    assert look.snapshot_state == state
