@@ -67,7 +67,14 @@ def quality(
 
 @app.command()
 def demo(
-    source: Annotated[str, typer.Option(help="kafka (embedded broker) or files.")] = "kafka",
+    source: Annotated[
+        str,
+        typer.Option(
+            help="kafka (generated CDC records, embedded broker), files, or postgres (a real "
+            "PostgreSQL database and Debezium's connector in Kafka Connect; needs PostgreSQL's "
+            "server installed)."
+        ),
+    ] = "kafka",
     output: Annotated[Path, typer.Option(help="Output directory (cleared first).")] = Path(
         "demo-output"
     ),
@@ -77,8 +84,10 @@ def demo(
     quality report and a summary."""
     from lakehouse.demo import run_demo
 
-    if source not in ("kafka", "files"):
-        raise ConfigError(f"--source must be 'kafka' or 'files', got {source!r}", setting="source")
+    if source not in ("kafka", "files", "postgres"):
+        raise ConfigError(
+            f"--source must be 'kafka', 'files' or 'postgres', got {source!r}", setting="source"
+        )
     code = run_demo(source=source, output=output, orders=orders, console=console)  # type: ignore[arg-type]
     if code:
         raise typer.Exit(code)

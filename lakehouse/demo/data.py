@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from lakehouse.testing import DebeziumTable
 
@@ -119,15 +121,7 @@ def make_demo_data(
         # orders start 10 s after the snapshot was read (an order placed before the rates
         # existed has, rightly, no rate to join as of its time)
         ts = T0_MS + 10_000 + (span_ms * i) // orders + rng.randint(-4000, 4000)
-        value = {
-            "order_id": i + 1,
-            "customer": f"c{rng.randint(1, 300):03d}",
-            "currency": rng.choice(MAJORS),
-            "amount": str(Decimal(rng.uniform(5, 500)).quantize(Decimal("0.01"))),
-            "order_ts": _iso(ts),
-        }
-        key = str(i + 1).encode()
-        order_records.append((key, json.dumps(value).encode(), _partition(key, order_partitions)))
+        order_records.append(order_record(_order(rng, i + 1), ts, order_partitions))
 
     # waves: the snapshot in two halves with the first orders around them, then the log
     waves: list[Wave] = []
@@ -151,6 +145,132 @@ def make_demo_data(
         extra = malformed[1:] if w == 2 else []
         waves.append(Wave(cdc=log[lo:hi] + extra, orders=rest_orders[olo:ohi]))
     return DemoData(tuple(waves), cdc_partitions, order_partitions)
+
+
+def _order(rng: random.Random, order_id: int) -> dict[str, Any]:
+    """An order without its time: the major currencies only, so every order has a rate."""
+    return {
+        "order_id": order_id,
+        "customer": f"c{rng.randint(1, 300):03d}",
+        "currency": rng.choice(MAJORS),
+        "amount": str(Decimal(rng.uniform(5, 500)).quantize(Decimal("0.01"))),
+    }
+
+
+def order_record(order: Mapping[str, Any], ts_ms: int, partitions: int) -> Record:
+    """``order`` placed at ``ts_ms``, as the Kafka record the demo sends (keyed by its id)."""
+    key = str(order["order_id"]).encode()
+    value = {**order, "order_ts": _iso(ts_ms)}
+    return (key, json.dumps(value).encode(), _partition(key, partitions))
+
+
+#: One SQL statement and its parameters (psycopg's ``%s`` placeholders).
+Statement = tuple[str, tuple[Any, ...]]
+
+
+@dataclass
+class DatabaseWave:
+    """What the demo does at once in ``--source postgres`` mode: transactions against
+    ``public.rates`` and orders, which are stamped with the wall clock when they are sent
+    (``lag_ms`` before it: orders arrive a little out of order)."""
+
+    transactions: list[list[Statement]] = field(default_factory=list)
+    orders: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # (order, lag_ms)
+    #: The records Debezium sends for the transactions: one per changed row, and a
+    #: tombstone after each delete.
+    cdc_records: int = 0
+
+
+@dataclass(frozen=True)
+class DatabaseDemo:
+    """The input of ``--source postgres``: the rates table's rows before the connector
+    starts (Debezium's snapshot reads them), then waves. Wave 0 has orders only: they are
+    sent once Debezium has read the snapshot, while the ingest is still loading it."""
+
+    rates: dict[str, Decimal]
+    waves: tuple[DatabaseWave, ...]
+    order_partitions: int
+
+    @property
+    def cdc_count(self) -> int:
+        """The records Debezium sends: the snapshot's, then the changes' and tombstones."""
+        return len(self.rates) + sum(w.cdc_records for w in self.waves)
+
+    @property
+    def order_count(self) -> int:
+        """Orders in all waves."""
+        return sum(len(w.orders) for w in self.waves)
+
+
+def make_database_demo(
+    *,
+    seed: int = 7,
+    orders: int = 1200,
+    changes: int = 90,
+    log_waves: int = 6,
+    order_partitions: int = 2,
+) -> DatabaseDemo:
+    """Build the input of ``--source postgres``: the same currencies, random walk of rates,
+    deletes and re-inserts of exotic currencies as :func:`make_demo_data`, as SQL
+    transactions of one to three statements, each change its own statement."""
+    rng = random.Random(seed)
+    rates = {
+        c: Decimal(rng.uniform(0.05, 2.0)).quantize(Decimal("0.0001")) for c in MAJORS + EXOTICS
+    }
+    current = dict(rates)
+    statements: list[tuple[Statement, int]] = []  # (statement, records Debezium sends)
+    deleted: list[str] = []
+    for i in range(changes):
+        if i in (changes // 5, changes // 2):
+            victim = EXOTICS[len(deleted)]
+            deleted.append(victim)
+            statements.append((("DELETE FROM public.rates WHERE currency = %s", (victim,)), 2))
+            continue
+        if i in (changes // 3, (3 * changes) // 4) and deleted:
+            back = deleted.pop(0)
+            statements.append(
+                (
+                    (
+                        "INSERT INTO public.rates (currency, rate) VALUES (%s, %s)",
+                        (back, current[back]),
+                    ),
+                    1,
+                )
+            )
+            continue
+        currency = rng.choice([c for c in MAJORS + EXOTICS if c not in deleted])
+        current[currency] = (current[currency] * Decimal(1 + rng.uniform(-0.01, 0.01))).quantize(
+            Decimal("0.0001")
+        )
+        statements.append(
+            (
+                (
+                    "UPDATE public.rates SET rate = %s WHERE currency = %s",
+                    (current[currency], currency),
+                ),
+                1,
+            )
+        )
+
+    first_orders = orders // 10
+    all_orders = [_order(rng, i + 1) for i in range(orders)]
+    # wave 0: orders placed as the snapshot completes, none before it (as of an earlier
+    # time there is, rightly, no rate to join)
+    waves = [DatabaseWave(orders=[(o, 0) for o in all_orders[:first_orders]])]
+    rest = all_orders[first_orders:]
+    for w in range(log_waves):
+        lo, hi = (len(statements) * w) // log_waves, (len(statements) * (w + 1)) // log_waves
+        wave = DatabaseWave()
+        chunk = statements[lo:hi]
+        while chunk:
+            size = rng.randint(1, 3)
+            wave.transactions.append([statement for statement, _ in chunk[:size]])
+            wave.cdc_records += sum(records for _, records in chunk[:size])
+            chunk = chunk[size:]
+        olo, ohi = (len(rest) * w) // log_waves, (len(rest) * (w + 1)) // log_waves
+        wave.orders = [(o, rng.randint(0, 3000)) for o in rest[olo:ohi]]
+        waves.append(wave)
+    return DatabaseDemo(rates, tuple(waves), order_partitions)
 
 
 def _iso(ms: int) -> str:

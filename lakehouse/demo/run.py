@@ -2,12 +2,17 @@
 
 1. Starts an Apache Kafka broker (one KRaft node from ``.jvm/kafka``, see
    :mod:`lakehouse.testing.broker`; or, with ``--source files``, uses JSON-lines directories
-   instead) and creates the topics.
+   instead) and creates the topics. With ``--source postgres`` the rates come from a real
+   database instead of generated records: PostgreSQL, and Debezium's PostgreSQL connector in
+   a Kafka Connect worker (:mod:`lakehouse.demo.database`).
 2. Starts three streaming queries in one Spark session, the way a user runs them as one job:
    the CDC ingest into the ``rates`` build table, a row-time join and a processing-time join of
    the orders with the rates.
 3. Produces the demo data (:mod:`lakehouse.demo.data`) in waves: the orders start before the
-   rates snapshot is complete, so the processing-time join has to wait for the marker.
+   rates snapshot is complete, so the processing-time join has to wait for the marker. With
+   ``--source postgres`` a wave is transactions committed to PostgreSQL (Debezium sends
+   them) and orders stamped with the wall clock; the first orders go out once Debezium has
+   read its snapshot, while the ingest (ten records per batch) is still loading it.
 4. When everything produced has been ingested and the joins have nothing left to release,
    stops the queries, runs the quality report on both joins, and prints a summary.
 
@@ -23,14 +28,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lakehouse.demo.data import ORDER_SCHEMA, DemoData, Record, make_demo_data
+from lakehouse.demo.data import (
+    ORDER_SCHEMA,
+    DatabaseDemo,
+    DemoData,
+    Record,
+    make_database_demo,
+    make_demo_data,
+    order_record,
+)
+
+if TYPE_CHECKING:
+    from lakehouse.demo.database import DemoDatabase
+
+Source = Literal["kafka", "files", "postgres"]
 
 CDC_TOPIC = "dbserver1.public.rates"
 ORDERS_TOPIC = "orders"
@@ -80,16 +98,16 @@ class _Producer:
         self.offsets: dict[tuple[str, int], int] = {}
         self.wave = 0
 
-    def setup(self, data: DemoData) -> None:
-        if self.source == "kafka":
-            from lakehouse.sources.kafka_admin import create_topic
+    def setup(self, partitions: dict[str, int]) -> None:
+        """Create the topics (``{topic: partitions}``), or their directories."""
+        for topic, count in partitions.items():
+            if self.source == "kafka":
+                from lakehouse.sources.kafka_admin import create_topic
 
-            assert self.bootstrap is not None
-            create_topic(self.bootstrap, CDC_TOPIC, data.cdc_partitions)
-            create_topic(self.bootstrap, ORDERS_TOPIC, data.order_partitions)
-        else:
-            (self.out / "input" / CDC_TOPIC).mkdir(parents=True)
-            (self.out / "input" / ORDERS_TOPIC).mkdir(parents=True)
+                assert self.bootstrap is not None
+                create_topic(self.bootstrap, topic, count)
+            else:
+                (self.out / "input" / topic).mkdir(parents=True)
 
     def send(self, topic: str, records: list[Record]) -> None:
         # partition by partition, highest first: records of different partitions arrive out
@@ -122,16 +140,142 @@ class _Producer:
         tmp.rename(target)  # files appear complete, as the files source requires
 
 
-def _config(out: Path, source: str, bootstrap: str | None) -> dict[str, Any]:
+class _Feed(Protocol):
+    """What feeds the pipelines, wave by wave."""
+
+    @property
+    def cdc_count(self) -> int:
+        """The CDC records the ingest should see in all (changes and tombstones)."""
+
+    @property
+    def order_count(self) -> int:
+        """The orders in all waves."""
+
+    @property
+    def waves(self) -> int:
+        """How many waves there are."""
+
+    def setup(self) -> None:
+        """Create the topics (or directories), before the pipelines start."""
+
+    def send(self, wave: int) -> str:
+        """Send wave ``wave``; returns what was sent, for the log."""
+
+    @property
+    def ingest_starts_after(self) -> int:
+        """The wave after whose pause the ingest starts (-1: before the first)."""
+
+    def close(self) -> None:
+        """Stop sending (before the pipelines stop)."""
+
+
+class _GeneratedFeed:
+    """Generated Debezium records and orders, to Kafka or to files."""
+
+    ingest_starts_after = -1
+
+    def __init__(self, producer: _Producer, data: DemoData) -> None:
+        self.producer, self.data = producer, data
+        self.cdc_count, self.order_count = data.cdc_count, data.order_count
+        self.waves = len(data.waves)
+
+    def close(self) -> None:
+        pass
+
+    def setup(self) -> None:
+        self.producer.setup(
+            {CDC_TOPIC: self.data.cdc_partitions, ORDERS_TOPIC: self.data.order_partitions}
+        )
+
+    def send(self, wave: int) -> str:
+        records = self.data.waves[wave]
+        self.producer.wave = wave
+        self.producer.send(CDC_TOPIC, records.cdc)
+        self.producer.send(ORDERS_TOPIC, records.orders)
+        return f"wave {wave}: sent {len(records.cdc)} CDC records, {len(records.orders)} orders"
+
+
+class _DatabaseFeed:
+    """Transactions committed to PostgreSQL (Debezium sends them to Kafka) and orders stamped
+    with the wall clock. Wave 0 starts the connector, waits until Debezium has read its
+    snapshot, and sends the first orders; the ingest starts after that wave's pause, so the
+    joins hold those orders until its marker is set (a snapshot of 24 rows is loaded too
+    fast to be seen half-loaded otherwise)."""
+
+    ingest_starts_after = 0
+
+    def __init__(self, producer: _Producer, database: DemoDatabase, data: DatabaseDemo) -> None:
+        self.producer, self.database, self.data = producer, database, data
+        self.cdc_count, self.order_count = data.cdc_count, data.order_count
+        self.waves = len(data.waves)
+
+    def close(self) -> None:
+        # no more heartbeats: the ingest goes idle, and stops between batches
+        if self.database.worker is not None:
+            self.database.worker.stop()
+
+    def setup(self) -> None:
+        from lakehouse.demo import database as db
+
+        # the ingest reads the connector's topics from its start, before the connector runs
+        self.producer.setup(
+            {
+                CDC_TOPIC: 1,
+                db.NOTIFICATION_TOPIC: 1,
+                db.HEARTBEAT_TOPIC: 1,
+                ORDERS_TOPIC: self.data.order_partitions,
+            }
+        )
+
+    def send(self, wave: int) -> str:
+        records = self.data.waves[wave]
+        done = ""
+        if wave == 0:
+            worker = self.database.start_connector()
+            took = self.database.wait_snapshot_read()
+            done = (
+                f"Debezium (Kafka Connect pid {worker.pid}) read the snapshot of "
+                f"{len(self.data.rates)} rows in {took:.1f} s; "
+            )
+        else:
+            self.database.apply(records.transactions)
+            changes = sum(len(t) for t in records.transactions)
+            done = f"committed {len(records.transactions)} transactions ({changes} changes); "
+        now_ms = int(time.time() * 1000)
+        self.producer.send(
+            ORDERS_TOPIC,
+            [
+                order_record(o, now_ms - lag, self.data.order_partitions)
+                for o, lag in records.orders
+            ],
+        )
+        return f"wave {wave}: {done}sent {len(records.orders)} orders"
+
+
+def _config(out: Path, source: Source, bootstrap: str | None) -> dict[str, Any]:
     tables = out / "tables"
-    stream: dict[str, Any] = {"source": source, "trigger": "processing-time", "interval": TRIGGER}
+    spark_source = "files" if source == "files" else "kafka"
+    stream: dict[str, Any] = {
+        "source": spark_source,
+        "trigger": "processing-time",
+        "interval": TRIGGER,
+    }
     if source == "files":
         stream["file_format"] = "envelope"
 
     def where(topic: str) -> dict[str, Any]:
-        if source == "kafka":
+        if spark_source == "kafka":
             return {"topics": [topic]}
         return {"path": str(out / "input" / topic), "topics": [topic]}
+
+    rates: dict[str, Any] = {"table": str(tables / "rates"), "key": ["currency"]}
+    if source == "postgres":
+        from lakehouse.demo import database as db
+
+        rates |= {
+            "notification_topic": db.NOTIFICATION_TOPIC,
+            "heartbeat_topic": db.HEARTBEAT_TOPIC,
+        }
 
     join_common = {
         **stream,
@@ -153,7 +297,7 @@ def _config(out: Path, source: str, bootstrap: str | None) -> dict[str, Any]:
             "pipeline_id": "demo-ingest-rates",
             "checkpoint": str(out / "checkpoints" / "ingest"),
             "dead_letter_table": str(tables / "rates_dead_letter"),
-            "tables": [{"table": str(tables / "rates"), "key": ["currency"]}],
+            "tables": [rates],
         },
         "rowtime": {
             **join_common,
@@ -183,7 +327,7 @@ def _config(out: Path, source: str, bootstrap: str | None) -> dict[str, Any]:
 
 def run_demo(
     *,
-    source: Literal["kafka", "files"] = "kafka",
+    source: Source = "kafka",
     output: Path = Path("demo-output"),
     orders: int = 1200,
     console: Console | None = None,
@@ -191,38 +335,87 @@ def run_demo(
     """Run the demo; returns the exit code (0 when the quality checks pass).
 
     Raises:
-        EnvironmentSetupError: the embedded broker cannot start (kafka mode).
+        EnvironmentSetupError: the embedded broker, PostgreSQL or the Kafka Connect worker
+            cannot start (kafka and postgres modes).
     """
     console = console or Console(highlight=False)
     started = time.monotonic()
     shutil.rmtree(output, ignore_errors=True)
     output.mkdir(parents=True)
     output = output.resolve()
-    data = make_demo_data(orders=orders)
     console.print(f"[bold]lakehouse demo[/] — source: {source}; output: {output}")
+    if source == "files":
+        data = make_demo_data(orders=orders)
+        _describe(data, console)
+        return _run(
+            source,
+            output,
+            None,
+            _GeneratedFeed(_Producer(source, output, None), data),
+            console,
+            started,
+        )
+
+    from lakehouse.testing.broker import kafka_broker
+
+    with kafka_broker(output / "broker") as broker:
+        console.print(
+            f"  Apache Kafka broker (KRaft, pid {broker.pid}) on {broker.bootstrap}; "
+            f"its log: {broker.log_path}",
+            soft_wrap=True,
+        )
+        producer = _Producer("kafka", output, broker.bootstrap)
+        if source == "kafka":
+            data = make_demo_data(orders=orders)
+            _describe(data, console)
+            feed: _Feed = _GeneratedFeed(producer, data)
+            return _run(source, output, broker.bootstrap, feed, console, started)
+        return _run_postgres(output, broker.bootstrap, producer, orders, console, started)
+
+
+def _describe(data: DemoData, console: Console) -> None:
     console.print(
         f"  {data.cdc_count} CDC records for public.rates over {data.cdc_partitions} "
         f"partitions, {data.order_count} orders over {data.order_partitions}, "
         f"in {len(data.waves)} waves"
     )
 
-    if source == "kafka":
-        from lakehouse.testing.broker import kafka_broker
 
-        with kafka_broker(output / "broker") as broker:
-            console.print(
-                f"  Apache Kafka broker (KRaft, pid {broker.pid}) on {broker.bootstrap}; "
-                f"its log: {broker.log_path}"
-            )
-            return _run(source, output, broker.bootstrap, data, console, started)
-    return _run(source, output, None, data, console, started)
+def _run_postgres(
+    out: Path, bootstrap: str, producer: _Producer, orders: int, console: Console, started: float
+) -> int:
+    from lakehouse.demo import database as db
+
+    data = make_database_demo(orders=orders)
+    with db.DemoDatabase(out / "postgres", bootstrap=bootstrap, rates=data.rates) as database:
+        pg = database.postgres
+        console.print(
+            f"  {pg.version.replace('postgres (PostgreSQL)', 'PostgreSQL')} (pid {pg.pid}) on "
+            f"{pg.host}:{pg.port}: "
+            f"database {db.DATABASE}, table {db.TABLE} with {len(data.rates)} rows; its log: "
+            f"{pg.log_path}",
+            soft_wrap=True,
+        )
+        config = database.write_connector_config(out / "debezium-connector.json")
+        changes = sum(len(t) for w in data.waves for t in w.transactions)
+        transactions = sum(len(w.transactions) for w in data.waves)
+        console.print(
+            f"  Debezium's PostgreSQL connector (Kafka Connect, configuration: {config}) "
+            f"snapshots it into {CDC_TOPIC}; then {changes} changes in {transactions} "
+            f"transactions, and {data.order_count} orders over {data.order_partitions} "
+            f"partitions, in {len(data.waves)} waves",
+            soft_wrap=True,
+        )
+        return _run(
+            "postgres", out, bootstrap, _DatabaseFeed(producer, database, data), console, started
+        )
 
 
 def _run(
-    source: Literal["kafka", "files"],
+    source: Source,
     out: Path,
     bootstrap: str | None,
-    data: DemoData,
+    feed: _Feed,
     console: Console,
     started: float,
 ) -> int:
@@ -240,38 +433,53 @@ def _run(
     )
     (out / "lakehouse.toml").write_text(_toml(cfg))
 
-    producer = _Producer(source, out, bootstrap)
-    producer.setup(data)
+    feed.setup()
     console.print("  starting Spark ...")
     spark = get_spark(app_name="lakehouse-demo", conf=cfg["spark"]["conf"])
     stats = _Stats()
+
+    def start_ingesting() -> None:
+        queries.insert(0, start_ingest(spark, ingest_settings, on_batch=_on_ingest(stats)))
+
     queries = [
-        start_ingest(spark, ingest_settings, on_batch=_on_ingest(stats)),
         start_join(spark, row_settings, on_batch=_on_join(stats, "rowtime")),
         start_join(spark, proc_settings, on_batch=_on_join(stats, "proctime")),
     ]
     try:
+        if feed.ingest_starts_after < 0:
+            start_ingesting()
         with _Display(console, stats) as display:
-            for i, wave in enumerate(data.waves):
-                producer.wave = i
-                producer.send(CDC_TOPIC, wave.cdc)
-                producer.send(ORDERS_TOPIC, wave.orders)
+            for i in range(feed.waves):
+                sent = feed.send(i)
                 with stats.lock:
-                    stats.log.append(
-                        f"wave {i}: sent {len(wave.cdc)} CDC records, {len(wave.orders)} orders"
-                    )
+                    stats.log.append(sent)
                 # the first pause is long enough for the orders to wait on a half snapshot
-                _sleep_live(display, 10 if i == 0 else 4, f"wave {i + 1}/{len(data.waves)}")
-            _settle(display, stats, data, queries)
+                _sleep_live(display, 10 if i == 0 else 4, f"wave {i + 1}/{feed.waves}")
+                if i == feed.ingest_starts_after:
+                    with stats.lock:
+                        stats.log.append("the ingest starts")
+                    start_ingesting()
+            _settle(display, stats, feed, queries)
         console.print()
     finally:
-        for q in queries:
-            q.stop()
+        feed.close()
+        _stop_between_batches(queries)
     for q in queries:
         if q.exception() is not None:
             raise q.exception()
     _end_input(spark, cfg, stats, console)
-    return _finish(spark, cfg, stats, data, out, console, started)
+    return _finish(spark, cfg, stats, feed, out, console, started)
+
+
+def _stop_between_batches(queries: list[Any], timeout_s: float = 15.0) -> None:
+    """Stop each query when no batch of it is running (up to ``timeout_s``): a batch stopped
+    midway is retried by the next run, correctly, but fills the screen with Spark's
+    interruption traces."""
+    deadline = time.monotonic() + timeout_s
+    for q in queries:
+        while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        q.stop()
 
 
 def _end_input(spark: Any, cfg: dict[str, Any], stats: _Stats, console: Console) -> None:
@@ -456,7 +664,7 @@ def _sleep_live(display: _Display, seconds: float, phase: str) -> None:
         time.sleep(0.5)
 
 
-def _settle(display: _Display, stats: _Stats, data: DemoData, queries: list[Any]) -> None:
+def _settle(display: _Display, stats: _Stats, data: _Feed, queries: list[Any]) -> None:
     """Wait until everything produced was ingested and joined, and the joins are quiet."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     quiet_since: float | None = None
@@ -492,7 +700,7 @@ def _finish(
     spark: Any,
     cfg: dict[str, Any],
     stats: _Stats,
-    data: DemoData,
+    data: _Feed,
     out: Path,
     console: Console,
     started: float,
@@ -515,7 +723,7 @@ def _finish(
     props = delta.get_properties(rates)
     summary = Table("", "value", title="demo summary", title_justify="left", show_lines=False)
     summary.add_row(
-        "CDC events produced / ingested",
+        "CDC records sent / ingested",
         f"{data.cdc_count} / {stats.ingest_records} ({stats.tombstones} tombstones)",
     )
     summary.add_row("build versions (rates)", str(delta.row_count(rates)))
@@ -553,6 +761,11 @@ def _finish(
     where = [
         ("tables", out / "tables"),
         ("configuration", out / "lakehouse.toml"),
+        *(
+            [("Debezium connector", out / "debezium-connector.json")]
+            if (out / "debezium-connector.json").exists()
+            else []
+        ),
         *((f"{name} report", reports[name].data_docs_path) for name in reports),
         *((f"{name} plot", reports[name].plot_path) for name in reports),
     ]

@@ -22,7 +22,7 @@ def _demo(*args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_refuses_an_unknown_source_before_spark_starts():
     proc = _demo("--source", "carrier-pigeon")
     assert proc.returncode == 2, proc.stderr
-    assert "--source must be 'kafka' or 'files'" in proc.stderr
+    assert "--source must be 'kafka', 'files' or 'postgres'" in proc.stderr
 
 
 def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
@@ -59,3 +59,58 @@ def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
     # not a terminal: plain progress lines, not a live view redrawn into the log
     assert "demo — wave" not in text and "demo — settling" not in text
     assert re.search(r"^done: ingest \d+ records -> \d+ versions; rowtime", text, re.M), text
+
+
+@pytest.mark.broker
+@pytest.mark.debezium
+def test_demo_on_a_real_database_passes_its_quality_checks(spark, tmp_path):
+    # --source postgres: PostgreSQL, Debezium's connector in Kafka Connect, the broker; the
+    # rates come from the database's snapshot and its committed transactions
+    from lakehouse.demo.data import make_database_demo
+
+    out = tmp_path / "demo"
+    proc = _demo("--source", "postgres", "--output", str(out), "--orders", "240")
+    text = proc.stdout
+    assert proc.returncode == 0, (text[-4000:], proc.stderr[-4000:])
+    assert "Debezium (Kafka Connect pid" in text and "read the snapshot of 24 rows" in text
+    assert "at org.apache" not in text + proc.stderr  # no Java trace on a clean stop
+
+    # the build table ends where the database ended: its newest version of each key
+    rates = dict(make_database_demo(orders=240).rates)
+    for wave in make_database_demo(orders=240).waves:
+        for transaction in wave.transactions:
+            for sql, params in transaction:
+                if sql.startswith("DELETE"):
+                    del rates[params[0]]
+                elif sql.startswith("INSERT"):
+                    rates[params[0]] = params[1]
+                else:
+                    rates[params[1]] = params[0]
+    tables = out / "tables"
+    latest: dict[str, object] = {}
+    versions = delta.read(spark, str(tables / "rates")).collect()
+    for v in sorted(versions, key=lambda v: (v._event_time, v._seq)):
+        if v._op == "d":
+            latest.pop(v.currency, None)
+        else:
+            latest[v.currency] = v.rate
+    assert latest == rates
+    props = delta.get_properties(str(tables / "rates"))
+    assert props["lakehouse.snapshot.complete"] == "true"
+    assert props["lakehouse.snapshot.signal"] in ("notification", "heartbeat", "last")
+
+    # both joins matched every order; the processing-time one only after the marker
+    completed = int(props["lakehouse.snapshot.completedVersion"])
+    proctime = delta.read(spark, str(tables / "orders_proctime")).collect()
+    assert len(proctime) == 240 and all(r._matched for r in proctime)
+    assert min(r._build_version for r in proctime) >= completed
+    rowtime = delta.read(spark, str(tables / "orders_rowtime")).collect()
+    assert len(rowtime) == 240 and all(r._matched for r in rowtime)
+    assert delta.row_count(str(tables / "orders_rowtime_pending")) == 0
+
+    # the connector's configuration, to copy, without its password
+    connector = json.loads((out / "debezium-connector.json").read_text())
+    assert connector["config"]["connector.class"].endswith("PostgresConnector")
+    assert connector["config"]["database.password"].startswith("<")
+    toml = (out / "lakehouse.toml").read_text()
+    assert 'notification_topic = "dbserver1.notifications"' in toml
