@@ -43,11 +43,17 @@ ROWS = 1000
 Record = tuple[bytes | None, bytes | None, int, int]
 
 
+def _currency(i: int, rows: int = ROWS) -> str:
+    """The key of row ``i`` of a rates table of ``rows`` rows (``C0001``, ...)."""
+    return f"C{i:0{max(4, len(str(rows)))}d}"
+
+
 def _create_rates(stack, rows: int = ROWS, table: str = TABLE) -> dict[str, Decimal]:
     stack.execute(f"CREATE TABLE {table} (currency text PRIMARY KEY, rate numeric(10,4))")
+    width = len(_currency(rows, rows)) - 1
     stack.execute(
-        f"INSERT INTO {table} "
-        "SELECT 'C' || lpad(i::text, 4, '0'), round(i / 7.0, 4) FROM generate_series(1, %s) i",
+        f"INSERT INTO {table} SELECT 'C' || lpad(i::text, {width}, '0'), round(i / 7.0, 4) "
+        "FROM generate_series(1, %s) i",
         (rows,),
     )
     return dict(stack.query(f"SELECT currency, rate FROM {table}"))
@@ -228,6 +234,18 @@ def _ingest_settings(
     )
 
 
+def _rates_target(stack, uri: str, **settings: object) -> dict[str, object]:
+    """The ingest's ``[[ingest.tables]]`` entry for ``public.rates`` into ``uri``, with the
+    test's notification and heartbeat topics (``settings`` add or override)."""
+    return {
+        "table": uri,
+        "source_table": TABLE,
+        "notification_topic": stack.notification_topic,
+        "heartbeat_topic": stack.heartbeat_topic,
+        **settings,
+    }
+
+
 class _Reports:
     """The ingest's batch reports (``on_batch``), read from the test's thread."""
 
@@ -298,14 +316,8 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
         tmp_path,
         "debezium-rates",
         [
-            {
-                "table": uri,
-                "source_table": TABLE,
-                "notification_topic": debezium_stack.notification_topic,
-                "heartbeat_topic": debezium_stack.heartbeat_topic,
-                # the notification only: 'last' and the heartbeat race it into a batch
-                "snapshot_signals": ["notification"],
-            }
+            # the notification only: 'last' and the heartbeat race it into a batch
+            _rates_target(debezium_stack, uri, snapshot_signals=["notification"])
         ],
     )
     # the data topic exists before the ingest starts; the connector starts after it, so the
@@ -364,14 +376,18 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     spark, tmp_path, debezium_stack
 ):
     # The product's promise on the real stack: orders that are waiting while Debezium's
-    # snapshot loads are joined only after the marker, against the complete dimension, so
-    # every one of them matches (a half-loaded dimension would leave some unmatched).
-    expected = _create_rates(debezium_stack)
+    # snapshot of 100,000 rows loads (notifications and heartbeats on) are joined only after
+    # the marker, which the notification sets once the last snapshot row is committed, against
+    # the complete dimension, so every one of them matches (a half-loaded dimension would
+    # leave some unmatched).
+    rows = 100_000
+    started = time.monotonic()
+    expected = _create_rates(debezium_stack, rows=rows)
     build = str(tmp_path / "tables" / "rates")
     orders_dir = tmp_path / "orders"
     orders_dir.mkdir()
     # one order per currency, on disk before anything starts
-    orders = [(i, f"C{i:04d}") for i in range(1, ROWS + 1)]
+    orders = [(i, _currency(i, rows)) for i in range(1, rows + 1)]
     (orders_dir / "orders-0001.jsonl").write_text(
         "".join(json.dumps({"order_id": i, "currency": c}) + "\n" for i, c in orders)
     )
@@ -380,17 +396,68 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
         tmp_path,
         "debezium-rates-proctime",
         [
-            {
-                "table": build,
-                "source_table": TABLE,
-                "notification_topic": debezium_stack.notification_topic,
-                "heartbeat_topic": debezium_stack.heartbeat_topic,
-            }
+            # the notification only: 'last' and the heartbeat would race it
+            _rates_target(debezium_stack, build, snapshot_signals=["notification"])
         ],
     )
-    join = Settings.model_validate(
+    join = _proctime_join(debezium_stack, tmp_path, orders_dir, build)
+    debezium_stack.create_data_topic(TABLE)
+    lock = threading.Lock()
+    released: list[int] = []
+
+    def on_join(report):
+        with lock:
+            released.append(report.released)
+
+    def all_released() -> bool:
+        with lock:
+            return sum(released) >= rows
+
+    from lakehouse.runner import start_join
+
+    queries = [start_ingest(spark, ingest), start_join(spark, join, on_batch=on_join)]
+    try:
+        # the join has its orders before the dimension has a single row
+        _wait(
+            lambda: delta.table_exists(join.join.pending_table), "pending orders", 120, queries[1]
+        )
+        debezium_stack.start_connector([TABLE])
+        took = _wait(all_released, "every order released", 180, queries[1])
+    finally:
+        for q in queries:
+            q.stop()
+    for q in queries:
+        assert q.exception() is None
+    props = delta.get_properties(build)
+    first_complete = int(props[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
+    completed = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+    at_marker = delta.read(spark, build, version=completed).selectExpr(
+        "count(*) AS n", "count(DISTINCT currency) AS keys", "bool_and(_snapshot) AS snapshot"
+    )
+    out = delta.read(spark, join.join.output_table).collect()
+    print(
+        f"\n{rows} rows: all orders released {took:.1f} s after the connector started, "
+        f"{time.monotonic() - started:.0f} s after the test did"
+    )
+
+    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
+    # the marker's version holds every snapshot row, once
+    assert at_marker.first().asDict() == {"n": rows, "keys": rows, "snapshot": True}
+    assert sorted(r.order_id for r in out) == [i for i, _ in orders]  # each once
+    # joined only at or after the version the snapshot completed at, against all of it
+    assert min(r._build_version for r in out) >= first_complete
+    assert all(r._matched for r in out)
+    assert {r.currency: r.rate for r in out} == expected
+    assert {r._released_by for r in out} == {"processing_time"}
+
+
+def _proctime_join(stack, tmp_path: Path, orders_dir: Path, build: str) -> Settings:
+    """A processing-time ``left`` join (trigger 1 s) of the orders in ``orders_dir``
+    (JSON lines ``{"order_id", "currency"}``) with ``build``."""
+    return Settings.model_validate(
         {
-            "kafka": {"bootstrap_servers": debezium_stack.bootstrap},
+            "kafka": {"bootstrap_servers": stack.bootstrap},
             "join": {
                 "pipeline_id": "orders-proctime",
                 "source": "files",
@@ -411,45 +478,40 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
             },
         }
     )
-    debezium_stack.create_data_topic(TABLE)
-    lock = threading.Lock()
-    released: list[int] = []
 
-    def on_join(report):
-        with lock:
-            released.append(report.released)
 
-    def all_released() -> bool:
-        with lock:
-            return sum(released) >= ROWS
+@contextlib.contextmanager
+def _orders_every(
+    orders_dir: Path, seconds: float, currencies: list[str]
+) -> Iterator[list[tuple[int, str]]]:
+    """Write a file of five orders into ``orders_dir`` every ``seconds`` (each file complete
+    when it appears, as the files source needs) until the block ends; yields the orders
+    written so far, ``(order_id, currency)``, which is complete after the block."""
+    sent: list[tuple[int, str]] = []
+    stop = threading.Event()
 
-    from lakehouse.runner import start_join
+    def write() -> None:
+        n = 0
+        while not stop.wait(seconds):
+            n += 1
+            batch = [
+                (len(sent) + i + 1, currencies[(7 * (len(sent) + i)) % len(currencies)])
+                for i in range(5)
+            ]
+            tmp = orders_dir.parent / f".orders-{n:04d}.jsonl"
+            tmp.write_text(
+                "".join(json.dumps({"order_id": i, "currency": c}) + "\n" for i, c in batch)
+            )
+            tmp.rename(orders_dir / f"orders-{n:04d}.jsonl")
+            sent.extend(batch)
 
-    queries = [start_ingest(spark, ingest), start_join(spark, join, on_batch=on_join)]
+    writer = threading.Thread(target=write, name="orders-writer", daemon=True)
+    writer.start()
     try:
-        # the join has its orders before the dimension has a single row
-        _wait(
-            lambda: delta.table_exists(join.join.pending_table), "pending orders", 120, queries[1]
-        )
-        debezium_stack.start_connector([TABLE])
-        took = _wait(all_released, "every order released", 180, queries[1])
+        yield sent
     finally:
-        for q in queries:
-            q.stop()
-    for q in queries:
-        assert q.exception() is None
-    props = delta.get_properties(build)
-    first_complete = int(props[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
-    out = delta.read(spark, join.join.output_table).collect()
-    print(f"\nall {ROWS} orders released {took:.1f} s after the connector started")
-
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert sorted(r.order_id for r in out) == [i for i, _ in orders]  # each once
-    # joined only at or after the version the snapshot completed at, against all of it
-    assert min(r._build_version for r in out) >= first_complete
-    assert all(r._matched for r in out)
-    assert {r.currency: r.rate for r in out} == expected
-    assert {r._released_by for r in out} == {"processing_time"}
+        stop.set()
+        writer.join()
 
 
 def _by_commit_order(rows) -> list:
@@ -843,8 +905,11 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
     # Debezium's ad-hoc snapshots, asked for through its signal table (signal.data.collection)
     # while the ingest runs: an incremental snapshot re-reads every row as ordinary versions
     # ('incremental': the marker stays); a blocking snapshot re-reads them as a snapshot,
-    # which is a re-snapshot: the marker is cleared (joins read the last complete version)
-    # and set again when it completes.
+    # which is a re-snapshot: the marker is cleared and set again when it completes, and a
+    # processing-time join running meanwhile reads the last complete version, never a half
+    # re-read one. The ingest takes 100 records a batch, so each snapshot spans batches.
+    from lakehouse.runner import start_join
+
     rows = 200
     expected = _create_rates(debezium_stack, rows=rows)
     signals = "public.debezium_signal"
@@ -860,15 +925,28 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
         debezium_stack,
         tmp_path,
         "debezium-adhoc",
-        [
-            {
-                "table": rates,
-                "source_table": TABLE,
-                "notification_topic": debezium_stack.notification_topic,
-                "heartbeat_topic": debezium_stack.heartbeat_topic,
-            }
-        ],
+        [_rates_target(debezium_stack, rates)],
     )
+
+    settings = settings.model_copy(
+        update={"ingest": settings.ingest.model_copy(update={"max_records_per_trigger": 100})}
+    )
+    orders_dir = tmp_path / "orders"
+    orders_dir.mkdir()
+    join = _proctime_join(debezium_stack, tmp_path, orders_dir, rates)
+    # (pinned version, the table's state and last complete version as the batch committed)
+    pinned: list[tuple[int | None, str | None, str | None]] = []
+
+    def on_join(report) -> None:
+        if report.plan is not None and report.committed:
+            props = delta.get_properties(rates)
+            pinned.append(
+                (
+                    report.plan.build_version,
+                    props.get(L.PROP_SNAPSHOT_STATE),
+                    props.get(L.PROP_SNAPSHOT_LAST_COMPLETE),
+                )
+            )
 
     def snapshot(kind: str) -> None:
         data = json.dumps({"data-collections": [TABLE], "type": kind})
@@ -892,16 +970,51 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
         after_incremental = delta.get_properties(rates)
         incremental_resnapshots = resnapshots(reports)
 
-        snapshot("blocking")
-        _wait(
-            lambda: (
-                reports.versions() >= 3 * rows and state() == "complete" and resnapshots(reports)
-            ),
-            "the blocking snapshot and its marker",
-            120,
-            query,
-        )
+        joining = start_join(spark, join, on_batch=on_join)
+        try:
+            with _orders_every(orders_dir, 2.0, [_currency(i) for i in range(1, rows + 1)]) as sent:
+                _wait(lambda: bool(pinned), "the join's first batch", 120, joining)
+                snapshot("blocking")
+                _wait(
+                    lambda: (
+                        reports.versions() >= 3 * rows
+                        and state() == "complete"
+                        and resnapshots(reports)
+                    ),
+                    "the blocking snapshot and its marker",
+                    240,
+                    query,
+                )
+            _wait(
+                lambda: (
+                    delta.table_exists(join.join.output_table)
+                    and delta.row_count(join.join.output_table) >= len(sent)
+                ),
+                "every order released",
+                90,
+                joining,
+            )
+        finally:
+            joining.stop()
+        assert joining.exception() is None
     every = delta.read(spark, rates).collect()
+    out = delta.read(spark, join.join.output_table).collect()
+    print(
+        f"\n{len(sent)} orders during the blocking snapshot; the join's pinned versions and the "
+        f"table's state as each batch committed: {[(v, st) for v, st, _ in pinned]}"
+    )
+
+    # every order once, with its rate; every version a join batch read had the marker set:
+    # during the blocking snapshot, the version before it began (never a half re-read one)
+    assert sorted(r.order_id for r in out) == [i for i, _ in sent]
+    assert all(r._matched and r.rate == expected[r.currency] for r in out)
+    read = {v for v, _, _ in pinned} | {r._build_version for r in out}
+    for version in read:
+        props_then = delta.get_properties(rates, version=version)
+        assert props_then[L.PROP_SNAPSHOT_COMPLETE] == "true", (version, props_then)
+    during = [(v, last) for v, state_then, last in pinned if state_then == "resnapshot"]
+    assert during, "no join batch committed while the blocking snapshot was read"
+    assert all(v is not None and v <= int(last) for v, last in during), during
 
     assert incremental_resnapshots == 0
     for key in (L.PROP_SNAPSHOT_COMPLETED_VERSION, L.PROP_SNAPSHOT_STATE):
@@ -1003,14 +1116,7 @@ def test_the_rowtime_join_equals_the_databases_own_history(spark, tmp_path, debe
         stack,
         tmp_path,
         "debezium-history",
-        [
-            {
-                "table": build,
-                "source_table": TABLE,
-                "notification_topic": stack.notification_topic,
-                "heartbeat_topic": stack.heartbeat_topic,
-            }
-        ],
+        [_rates_target(stack, build)],
     )
     plan = _workload(rng, currencies, transactions=60)
     with _ingesting(spark, stack, settings) as (query, reports):
