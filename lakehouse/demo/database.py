@@ -30,8 +30,8 @@ from typing import Any
 
 from lakehouse.dimension.signals import parse_notification
 from lakehouse.errors import EnvironmentSetupError
-from lakehouse.testing.connect import ConnectWorker, debezium_postgres_connector
-from lakehouse.testing.postgres import PostgresCluster
+from lakehouse.testing.connect import ConnectWorker, connect_jars, debezium_postgres_connector
+from lakehouse.testing.postgres import PostgresCluster, postgres_bindir, psycopg_driver
 
 DATABASE = "shop"
 TABLE = "public.rates"
@@ -44,6 +44,18 @@ SLOT = PUBLICATION = "lakehouse_demo"
 #: The connector's database user: ``REPLICATION``, and ``SELECT`` on the captured table.
 USER = "debezium"
 SNAPSHOT_TIMEOUT_S = 120.0
+
+
+def check_requirements() -> None:
+    """Fail early, before anything starts, when the machine cannot run the database side.
+
+    Raises:
+        EnvironmentSetupError: PostgreSQL's server, its driver (psycopg) or the Kafka Connect
+            and Debezium jars are missing (the message says how to install them).
+    """
+    postgres_bindir()
+    psycopg_driver()
+    connect_jars()
 
 
 class DemoDatabase:

@@ -358,6 +358,10 @@ def run_demo(
 
     from lakehouse.testing.broker import kafka_broker
 
+    if source == "postgres":
+        from lakehouse.demo.database import check_requirements
+
+        check_requirements()
     with kafka_broker(output / "broker") as broker:
         console.print(
             f"  Apache Kafka broker (KRaft, pid {broker.pid}) on {broker.bootstrap}; "

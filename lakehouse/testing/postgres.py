@@ -95,8 +95,8 @@ def postgres_bindir() -> Path:
     if initdb and (Path(initdb).parent / "postgres").exists():
         return Path(initdb).parent
     raise EnvironmentSetupError(
-        f"PostgreSQL's server (initdb, postgres) was not found: the Debezium tests run a "
-        f"throwaway cluster; {_INSTALL_HINT}"
+        "PostgreSQL's server (initdb, postgres) was not found: the Debezium tests and "
+        f"'lakehouse demo --source postgres' run a throwaway cluster; {_INSTALL_HINT}"
     )
 
 
@@ -115,12 +115,18 @@ def _os_user() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def _psycopg() -> Any:
+def psycopg_driver() -> Any:
+    """The ``psycopg`` module (SQL to the cluster goes through it).
+
+    Raises:
+        EnvironmentSetupError: it is not installed (a dev dependency).
+    """
     try:
         import psycopg
     except ImportError:
         raise EnvironmentSetupError(
-            "psycopg (the PostgreSQL driver the Debezium tests run SQL with) is not installed; "
+            "psycopg (the PostgreSQL driver the Debezium tests and 'lakehouse demo --source "
+            "postgres' run SQL with) is not installed; "
             "run 'make' (it installs the dev dependencies of constraints.txt), or "
             "'pip install -c constraints.txt \"psycopg[binary]\"'"
         ) from None
@@ -281,7 +287,7 @@ class PostgresCluster:
         return f"{self.log_path}:\n" + self.log_path.read_text(errors="replace")[-3000:]
 
     def _wait_until_ready(self) -> None:
-        psycopg = _psycopg()
+        psycopg = psycopg_driver()
         assert self.process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -309,7 +315,7 @@ class PostgresCluster:
     def connect(self, dbname: str = "postgres") -> Any:
         """A ``psycopg.Connection`` (autocommit) to ``dbname`` as the superuser, through the
         unix socket."""
-        return _psycopg().connect(
+        return psycopg_driver().connect(
             host=str(self.socket_dir),
             port=self.port,
             user=SUPERUSER,
