@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -92,24 +92,14 @@ def make_demo_data(
     # the log phase: 30 minutes of changes after the snapshot
     span_ms = 30 * 60_000
     log: list[Record] = []
-    deleted: set[str] = set()
-    for i in range(changes):
+    for i, (op, currency, rate) in enumerate(_rate_changes(rng, rates, changes)):
         table.now_ms = T0_MS + 60_000 + (span_ms * i) // changes
-        if i in (changes // 5, changes // 2):
-            victim = EXOTICS[len(deleted)]
-            deleted.add(victim)
-            log += [rec(m) for m in table.delete(victim)]  # a delete and its tombstone
-            continue
-        if i in (changes // 3, (3 * changes) // 4) and deleted:
-            back = sorted(deleted)[0]
-            deleted.discard(back)
-            log.append(rec(table.insert({"currency": back, "rate": str(rates[back])})))
-            continue
-        currency = rng.choice([c for c in MAJORS + EXOTICS if c not in deleted])
-        rates[currency] = (rates[currency] * Decimal(1 + rng.uniform(-0.01, 0.01))).quantize(
-            Decimal("0.0001")
-        )
-        log.append(rec(table.update({"currency": currency, "rate": str(rates[currency])})))
+        if op == "d":
+            log += [rec(m) for m in table.delete(currency)]  # a delete and its tombstone
+        elif op == "c":
+            log.append(rec(table.insert({"currency": currency, "rate": str(rate)})))
+        else:
+            log.append(rec(table.update({"currency": currency, "rate": str(rate)})))
     malformed: list[Record] = [
         (None, b'{"payload": {"op": "u", "after": {"currency": "EUR"', 0),  # truncated
         (None, b'{"op": "x", "after": {"currency": "EUR"}, "source": {"ts_ms": 1}}', 1),
@@ -145,6 +135,32 @@ def make_demo_data(
         extra = malformed[1:] if w == 2 else []
         waves.append(Wave(cdc=log[lo:hi] + extra, orders=rest_orders[olo:ohi]))
     return DemoData(tuple(waves), cdc_partitions, order_partitions)
+
+
+def _rate_changes(
+    rng: random.Random, rates: dict[str, Decimal], changes: int
+) -> Iterator[tuple[str, str, Decimal | None]]:
+    """The log phase both demos share, as ``(op, currency, rate)``: ``changes`` changes, a
+    random walk of the rates (``u``, each by up to ±1 %), in which an exotic currency is
+    deleted (``d``, rate None) at a fifth and at half of them, and inserted again (``c``, at
+    its last rate) at a third and at three quarters. Updates ``rates`` as it walks; the same
+    ``rng`` state gives the same changes."""
+    deleted: set[str] = set()
+    for i in range(changes):
+        if i in (changes // 5, changes // 2):
+            victim = EXOTICS[len(deleted)]
+            deleted.add(victim)
+            yield "d", victim, None
+        elif i in (changes // 3, (3 * changes) // 4) and deleted:
+            back = sorted(deleted)[0]
+            deleted.discard(back)
+            yield "c", back, rates[back]
+        else:
+            currency = rng.choice([c for c in MAJORS + EXOTICS if c not in deleted])
+            rates[currency] = (rates[currency] * Decimal(1 + rng.uniform(-0.01, 0.01))).quantize(
+                Decimal("0.0001")
+            )
+            yield "u", currency, rates[currency]
 
 
 def _order(rng: random.Random, order_id: int) -> dict[str, Any]:
@@ -217,40 +233,16 @@ def make_database_demo(
     rates = {
         c: Decimal(rng.uniform(0.05, 2.0)).quantize(Decimal("0.0001")) for c in MAJORS + EXOTICS
     }
-    current = dict(rates)
     statements: list[tuple[Statement, int]] = []  # (statement, records Debezium sends)
-    deleted: list[str] = []
-    for i in range(changes):
-        if i in (changes // 5, changes // 2):
-            victim = EXOTICS[len(deleted)]
-            deleted.append(victim)
-            statements.append((("DELETE FROM public.rates WHERE currency = %s", (victim,)), 2))
-            continue
-        if i in (changes // 3, (3 * changes) // 4) and deleted:
-            back = deleted.pop(0)
-            statements.append(
-                (
-                    (
-                        "INSERT INTO public.rates (currency, rate) VALUES (%s, %s)",
-                        (back, current[back]),
-                    ),
-                    1,
-                )
-            )
-            continue
-        currency = rng.choice([c for c in MAJORS + EXOTICS if c not in deleted])
-        current[currency] = (current[currency] * Decimal(1 + rng.uniform(-0.01, 0.01))).quantize(
-            Decimal("0.0001")
-        )
-        statements.append(
-            (
-                (
-                    "UPDATE public.rates SET rate = %s WHERE currency = %s",
-                    (current[currency], currency),
-                ),
-                1,
-            )
-        )
+    for op, currency, rate in _rate_changes(rng, dict(rates), changes):
+        if op == "d":  # a delete and its tombstone
+            statements.append((("DELETE FROM public.rates WHERE currency = %s", (currency,)), 2))
+        elif op == "c":
+            sql = "INSERT INTO public.rates (currency, rate) VALUES (%s, %s)"
+            statements.append(((sql, (currency, rate)), 1))
+        else:
+            sql = "UPDATE public.rates SET rate = %s WHERE currency = %s"
+            statements.append(((sql, (rate, currency)), 1))
 
     first_orders = orders // 10
     all_orders = [_order(rng, i + 1) for i in range(orders)]

@@ -7,7 +7,7 @@
   table ``public.rates``, loaded before the connector starts so that Debezium snapshots it;
 * Debezium's PostgreSQL connector in a standalone Kafka Connect worker
   (:mod:`lakehouse.testing.connect`; the jars ``make`` fetches into ``.jvm/connect``),
-  configured as README.md's "Demo on a real database" shows: ``pgoutput``, a publication the
+  configured as README.md's "The demo on a real database" shows: ``pgoutput``, a publication the
   database owner created, an ``initial`` snapshot, notifications on their own topic and
   heartbeats every second.
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from lakehouse.demo.data import Statement
 from lakehouse.dimension.signals import parse_notification
 from lakehouse.errors import EnvironmentSetupError
 from lakehouse.testing.connect import ConnectWorker, connect_jars, debezium_postgres_connector
@@ -188,7 +189,7 @@ class DemoDatabase:
             f"see the Kafka Connect worker's log: {log}"
         )
 
-    def apply(self, transactions: Sequence[Sequence[tuple[str, tuple[Any, ...]]]]) -> None:
+    def apply(self, transactions: Sequence[Sequence[Statement]]) -> None:
         """Run each transaction (its statements, then ``COMMIT``) on one connection."""
         if self._connection is None:
             self._connection = self.postgres.connect(DATABASE)

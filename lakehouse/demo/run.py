@@ -12,7 +12,7 @@
    rates snapshot is complete, so the processing-time join has to wait for the marker. With
    ``--source postgres`` a wave is transactions committed to PostgreSQL (Debezium sends
    them) and orders stamped with the wall clock; the first orders go out once Debezium has
-   read its snapshot, while the ingest (ten records per batch) is still loading it.
+   read its snapshot, and the ingest starts after them.
 4. When everything produced has been ingested and the joins have nothing left to release,
    stops the queries, runs the quality report on both joins, and prints a summary.
 
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -140,47 +140,45 @@ class _Producer:
         tmp.rename(target)  # files appear complete, as the files source requires
 
 
-class _Feed(Protocol):
-    """What feeds the pipelines, wave by wave."""
+class _Feed:
+    """What feeds the pipelines, wave by wave, from its input (``data``)."""
+
+    #: The wave after whose pause the ingest starts (-1: before the first).
+    ingest_starts_after = -1
+    data: DemoData | DatabaseDemo
 
     @property
     def cdc_count(self) -> int:
         """The CDC records the ingest should see in all (changes and tombstones)."""
+        return self.data.cdc_count
 
     @property
     def order_count(self) -> int:
         """The orders in all waves."""
+        return self.data.order_count
 
     @property
     def waves(self) -> int:
         """How many waves there are."""
+        return len(self.data.waves)
 
     def setup(self) -> None:
         """Create the topics (or directories), before the pipelines start."""
+        raise NotImplementedError
 
     def send(self, wave: int) -> str:
         """Send wave ``wave``; returns what was sent, for the log."""
-
-    @property
-    def ingest_starts_after(self) -> int:
-        """The wave after whose pause the ingest starts (-1: before the first)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Stop sending (before the pipelines stop)."""
 
 
-class _GeneratedFeed:
+class _GeneratedFeed(_Feed):
     """Generated Debezium records and orders, to Kafka or to files."""
-
-    ingest_starts_after = -1
 
     def __init__(self, producer: _Producer, data: DemoData) -> None:
         self.producer, self.data = producer, data
-        self.cdc_count, self.order_count = data.cdc_count, data.order_count
-        self.waves = len(data.waves)
-
-    def close(self) -> None:
-        pass
 
     def setup(self) -> None:
         self.producer.setup(
@@ -195,7 +193,7 @@ class _GeneratedFeed:
         return f"wave {wave}: sent {len(records.cdc)} CDC records, {len(records.orders)} orders"
 
 
-class _DatabaseFeed:
+class _DatabaseFeed(_Feed):
     """Transactions committed to PostgreSQL (Debezium sends them to Kafka) and orders stamped
     with the wall clock. Wave 0 starts the connector, waits until Debezium has read its
     snapshot, and sends the first orders; the ingest starts after that wave's pause, so the
@@ -206,8 +204,6 @@ class _DatabaseFeed:
 
     def __init__(self, producer: _Producer, database: DemoDatabase, data: DatabaseDemo) -> None:
         self.producer, self.database, self.data = producer, database, data
-        self.cdc_count, self.order_count = data.cdc_count, data.order_count
-        self.waves = len(data.waves)
 
     def close(self) -> None:
         # no more heartbeats: the ingest goes idle, and stops between batches
@@ -668,7 +664,7 @@ def _sleep_live(display: _Display, seconds: float, phase: str) -> None:
         time.sleep(0.5)
 
 
-def _settle(display: _Display, stats: _Stats, data: _Feed, queries: list[Any]) -> None:
+def _settle(display: _Display, stats: _Stats, feed: _Feed, queries: list[Any]) -> None:
     """Wait until everything produced was ingested and joined, and the joins are quiet."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     quiet_since: float | None = None
@@ -680,9 +676,9 @@ def _settle(display: _Display, stats: _Stats, data: _Feed, queries: list[Any]) -
         with stats.lock:
             row, proc = stats.join_stats("rowtime"), stats.join_stats("proctime")
             done = (
-                stats.ingest_records >= data.cdc_count
-                and row["arrived"] + row["dead"] >= data.order_count
-                and proc["arrived"] + proc["dead"] >= data.order_count
+                stats.ingest_records >= feed.cdc_count
+                and row["arrived"] + row["dead"] >= feed.order_count
+                and proc["arrived"] + proc["dead"] >= feed.order_count
                 and proc["pending"] == 0
                 and row["build_idle"]
             )
@@ -704,7 +700,7 @@ def _finish(
     spark: Any,
     cfg: dict[str, Any],
     stats: _Stats,
-    data: _Feed,
+    feed: _Feed,
     out: Path,
     console: Console,
     started: float,
@@ -728,7 +724,7 @@ def _finish(
     summary = Table("", "value", title="demo summary", title_justify="left", show_lines=False)
     summary.add_row(
         "CDC records sent / ingested",
-        f"{data.cdc_count} / {stats.ingest_records} ({stats.tombstones} tombstones)",
+        f"{feed.cdc_count} / {stats.ingest_records} ({stats.tombstones} tombstones)",
     )
     summary.add_row("build versions (rates)", str(delta.row_count(rates)))
     summary.add_row("dead-lettered CDC records", str(stats.dead_lettered))

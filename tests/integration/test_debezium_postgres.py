@@ -400,7 +400,7 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
             _rates_target(debezium_stack, build, snapshot_signals=["notification"])
         ],
     )
-    join = _proctime_join(debezium_stack, tmp_path, orders_dir, build)
+    join = _join_settings(tmp_path, orders_dir, build)
     debezium_stack.create_data_topic(TABLE)
     lock = threading.Lock()
     released: list[int] = []
@@ -452,12 +452,12 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     assert {r._released_by for r in out} == {"processing_time"}
 
 
-def _proctime_join(stack, tmp_path: Path, orders_dir: Path, build: str) -> Settings:
-    """A processing-time ``left`` join (trigger 1 s) of the orders in ``orders_dir``
-    (JSON lines ``{"order_id", "currency"}``) with ``build``."""
+def _join_settings(tmp_path: Path, orders_dir: Path, build: str, **join: object) -> Settings:
+    """A ``left`` join of the orders in ``orders_dir`` (JSON lines ``{"order_id",
+    "currency"}``) with ``build``: processing time, trigger 1 s, unless ``join`` says
+    otherwise."""
     return Settings.model_validate(
         {
-            "kafka": {"bootstrap_servers": stack.bootstrap},
             "join": {
                 "pipeline_id": "orders-proctime",
                 "source": "files",
@@ -475,6 +475,7 @@ def _proctime_join(stack, tmp_path: Path, orders_dir: Path, build: str) -> Setti
                 "output_table": str(tmp_path / "tables" / "orders"),
                 "pending_table": str(tmp_path / "tables" / "orders_pending"),
                 "dead_letter_table": str(tmp_path / "tables" / "orders_dead_letter"),
+                **join,
             },
         }
     )
@@ -933,7 +934,7 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
     )
     orders_dir = tmp_path / "orders"
     orders_dir.mkdir()
-    join = _proctime_join(debezium_stack, tmp_path, orders_dir, rates)
+    join = _join_settings(tmp_path, orders_dir, rates)
     # (pinned version, the table's state and last complete version as the batch committed)
     pinned: list[tuple[int | None, str | None, str | None]] = []
 
@@ -1103,7 +1104,7 @@ def test_the_rowtime_join_equals_the_databases_own_history(spark, tmp_path, debe
 
     rng = random.Random(14)
     stack = debezium_stack
-    currencies = [f"C{i:04d}" for i in range(1, 21)]
+    currencies = [_currency(i) for i in range(1, 21)]
     stack.execute("CREATE TABLE public.rates (currency text PRIMARY KEY, rate numeric(10,4))")
     stack.execute(_HISTORY)
     stack.execute(
@@ -1170,28 +1171,18 @@ def test_the_rowtime_join_equals_the_databases_own_history(spark, tmp_path, debe
             json.dumps({"order_id": i, "currency": c, "order_ms": t}) + "\n" for i, c, t in probes
         )
     )
-    join = Settings.model_validate(
-        {
-            "join": {
-                "pipeline_id": "orders-rowtime-truth",
-                "source": "files",
-                "path": str(probes_dir),
-                "checkpoint": str(tmp_path / "checkpoints" / "join"),
-                "trigger": "available-now",
-                "until_complete": True,
-                "build_complete": True,  # the ingest is stopped: it holds every change
-                "mode": "rowtime",
-                "join_type": "left",
-                "probe_schema": "order_id bigint, currency string, order_ms bigint",
-                "probe_key": ["currency"],
-                "probe_id": "order_id",
-                "probe_time": "order_ms",
-                "build_table": build,
-                "output_table": str(tmp_path / "tables" / "orders"),
-                "pending_table": str(tmp_path / "tables" / "orders_pending"),
-                "dead_letter_table": str(tmp_path / "tables" / "orders_dead_letter"),
-            }
-        }
+    join = _join_settings(
+        tmp_path,
+        probes_dir,
+        build,
+        pipeline_id="orders-rowtime-truth",
+        trigger="available-now",
+        until_complete=True,
+        build_complete=True,  # the ingest is stopped: it holds every change
+        mode="rowtime",
+        watermark="bounded",
+        probe_schema="order_id bigint, currency string, order_ms bigint",
+        probe_time="order_ms",
     )
     query = start_join(spark, join)
     query.awaitTermination()
