@@ -64,16 +64,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except LakehouseError as e:
         _trace(e)
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}")
+        error_line(str(e))
         sys.exit(2 if isinstance(e, ConfigError) else 1)
     except Exception as e:
-        cause = _lakehouse_cause(e)
-        if cause is None:
+        found = _lakehouse_cause(e)
+        if found is None:
             raise
+        error_class, cause = found
         _trace(e)
-        err_console.print(f"[bold red]error:[/] {escape(cause)}")
-        sys.exit(1)
+        error_line(cause)
+        sys.exit(2 if error_class == ConfigError.__name__ else 1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def error_line(message: str) -> None:
+    """Print ``error: <message>`` as one line: never wrapped at the console's width (80 columns
+    when stderr is not a terminal), so a log or a scheduler shows the whole cause in one line
+    and a path in it stays whole."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 def _trace(e: BaseException) -> None:
@@ -85,12 +93,13 @@ def _trace(e: BaseException) -> None:
         err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False)
 
 
-def _lakehouse_cause(e: BaseException) -> str | None:
-    """The message of a lakehouse error raised inside a streaming query (Spark wraps it)."""
+def _lakehouse_cause(e: BaseException) -> tuple[str, str] | None:
+    """The class name and message of a lakehouse error raised inside a streaming query (Spark
+    wraps it), so that it exits as it would have outside one (2 for a ConfigError)."""
     # usage errors of the CLI itself (typer vendors click: duck-type its exceptions)
     if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
         e.show()
         sys.exit(e.exit_code)
     # any lakehouse error class, as the Python worker's traceback names it
-    found = re.search(r"lakehouse\.errors\.[A-Za-z]+Error: (.*)", str(e))
-    return found.group(1) if found else None
+    found = re.search(r"lakehouse\.errors\.([A-Za-z]+Error): (.*)", str(e))
+    return (found.group(1), found.group(2)) if found else None

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from lakehouse.cli._app import ConfigOpt, app, err_console
+from lakehouse.cli._app import ConfigOpt, app, err_console, error_line
 from lakehouse.cli._shared import (
     flag_overrides,
     notice,
@@ -291,10 +290,9 @@ def join(
         return
     if all_dead and cfg.trigger != "processing-time" and not cfg.allow_dead_letters:
         batches = ", ".join(str(r.batch_id) for r in all_dead)
-        err_console.print(
-            f"[bold red]error:[/] every probe record of batch(es) {batches} was dead-lettered "
-            f"(e.g. {escape(str(all_dead[0].malformed_example))}); they are kept in "
-            f"{escape(cfg.dead_letter_table)} "
+        error_line(
+            f"every probe record of batch(es) {batches} was dead-lettered "
+            f"(e.g. {all_dead[0].malformed_example}); they are kept in {cfg.dead_letter_table} "
             "with the reason. Fix the probe input or join.probe_schema and replay them, or "
             "pass --allow-dead-letters when such batches are expected"
         )

@@ -73,7 +73,8 @@ def test_a_join_whose_build_table_does_not_exist_is_refused_before_spark(capsys,
     ]  # fmt: skip
     code, out = _run(argv, capsys)
     assert code == 1
-    said = " ".join(out.err.split())  # rich wraps at the terminal's width
+    # one line, never wrapped at the console's width, however long the path
+    (said,) = [line for line in out.err.splitlines() if line.startswith("error:")]
     assert f"error: build table '{tmp_path / 'no-such-table'}' (join setting build_table) " in said
     assert "--wait-for-build" in out.err and "Traceback" not in out.err
 
