@@ -17,6 +17,11 @@ JVM_STAMP := .jvm/.installed
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
 	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py
 
+# The suite runs in two pytest-xdist workers (worksteal: a worker that is done takes tests
+# queued on the other). It is CPU-bound on two cores: one process waits on subprocesses and
+# servers while the other computes. XDIST="-n 0" runs it in one process.
+XDIST ?= -n 2 --dist worksteal
+
 .PHONY: demo test lint bench soak smoke jvm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
@@ -47,8 +52,8 @@ demo: $(STAMP) $(JVM_STAMP)
 
 test: $(STAMP) $(STAMP40) $(JVM_STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
-	$(PY) -m pytest $(PYTEST_ARGS)
-	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(TESTS40)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40)
 
 lint: $(STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak

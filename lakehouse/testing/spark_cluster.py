@@ -111,6 +111,8 @@ class SparkCluster:
             **os.environ,
             "SPARK_HOME": str(self.spark_home),
             "SPARK_DAEMON_MEMORY": DAEMON_HEAP,
+            # as the broker's: a daemon of a test on kilobytes needs no C2 compiler threads
+            "SPARK_DAEMON_JAVA_OPTS": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_NO_DAEMONIZE": "1",
         }

@@ -149,7 +149,10 @@ def test_credentials_from_env_and_file_never_appear_anywhere(
         **os.environ,
         "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": env_secret,
         "LAKEHOUSE_SPARK_MASTER": "local[1]",
-        "LAKEHOUSE_SPARK_CONF": f"spark.eventLog.enabled=true;spark.eventLog.dir={root}/eventlog",
+        "LAKEHOUSE_SPARK_CONF": (
+            f"{os.environ.get('LAKEHOUSE_SPARK_CONF', '')};"
+            f"spark.eventLog.enabled=true;spark.eventLog.dir={root}/eventlog"
+        ),
         "LAKEHOUSE_SPARK_LOG_LEVEL": "INFO",  # Spark's plans and options, in the logs
     }
     (root / "eventlog").mkdir()
