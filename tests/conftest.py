@@ -13,21 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.testing.broker import TEST_JVM_OPTIONS
+
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 
-# The JVMs of the tests (every Spark driver and executor, in this process or in a `lakehouse`
-# command the tests run; the broker, Connect and Spark's daemons set the same in
-# lakehouse.testing) compile with C1 only and collect with the serial GC. A test's JVM lives for
-# seconds on kilobytes of data, where C2's compiler threads cost more CPU than they save; the
-# suite is CPU-bound on two cores. Measured on one crash-restart test, side by side: 135 CPU-s
-# with the defaults, 87 with these. Spark's ``defaultJavaOptions`` go before the
-# ``extraJavaOptions`` lakehouse sets, which stay as users get them.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Every Spark driver and executor of the tests, in this process or in a `lakehouse` command the
+# tests run, starts with the options the broker, Connect and Spark's daemons start with
+# (lakehouse.testing.broker.TEST_JVM_OPTIONS): the suite is CPU-bound on two cores. Measured on
+# one crash-restart test, side by side: 135 CPU-s with the defaults, 87 with these. Spark's
+# ``defaultJavaOptions`` go before the ``extraJavaOptions`` lakehouse sets, which stay as users
+# get them.
 if "LAKEHOUSE_SPARK_CONF" not in os.environ:
+    _jvm_options = " ".join(TEST_JVM_OPTIONS)
     os.environ["LAKEHOUSE_SPARK_CONF"] = (
-        f"spark.driver.defaultJavaOptions={TEST_JVM_OPTIONS};"
-        f"spark.executor.defaultJavaOptions={TEST_JVM_OPTIONS}"
+        f"spark.driver.defaultJavaOptions={_jvm_options};"
+        f"spark.executor.defaultJavaOptions={_jvm_options}"
     )
 
 # An xdist worker's __main__ has neither __file__ nor __spec__. pyspark.sql.connect (which

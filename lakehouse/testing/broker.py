@@ -44,6 +44,11 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 #: Heap of the broker JVM; a test broker holds little, and it shares the machine with Spark.
 HEAP = "384m"
+#: JVM options of every JVM the tests start (this broker, Connect, Spark's daemons, and the
+#: Spark drivers and executors through tests/conftest.py): C1 only and the serial GC. A test's
+#: JVM lives seconds on kilobytes, where C2's compiler threads cost more CPU than they return;
+#: neither option changes a result.
+TEST_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 _LOG4J2 = """\
 # written by lakehouse.testing.broker: the broker logs to broker.log in its directory
@@ -212,8 +217,7 @@ class KafkaBroker:
             _java(),
             f"-Xmx{self.heap}",
             "-Xms64m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *TEST_JVM_OPTIONS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.directory}",

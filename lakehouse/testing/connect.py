@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.errors import EnvironmentSetupError
-from lakehouse.testing.broker import _java, free_port
+from lakehouse.testing.broker import TEST_JVM_OPTIONS, _java, free_port
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
@@ -216,8 +216,7 @@ class ConnectWorker:
             _java(),
             f"-Xmx{self.heap}",
             "-Xms64m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *TEST_JVM_OPTIONS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             "-cp",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.errors import EnvironmentSetupError
-from lakehouse.testing.broker import free_port
+from lakehouse.testing.broker import TEST_JVM_OPTIONS, free_port
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
@@ -111,8 +111,7 @@ class SparkCluster:
             **os.environ,
             "SPARK_HOME": str(self.spark_home),
             "SPARK_DAEMON_MEMORY": DAEMON_HEAP,
-            # as the broker's: a daemon of a test on kilobytes needs no C2 compiler threads
-            "SPARK_DAEMON_JAVA_OPTS": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+            "SPARK_DAEMON_JAVA_OPTS": " ".join(TEST_JVM_OPTIONS),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_NO_DAEMONIZE": "1",
         }
