@@ -301,7 +301,8 @@ class SnapshotStatus:
         phase: ``loading``, ``complete`` or ``resnapshot``.
         properties: every ``lakehouse.snapshot.*`` property.
         state: the bookkeeping of the newest data commit (pending signals, positions).
-        waiting_for: per pending signal, the covered offsets not yet consumed.
+        waiting_for: per entry of ``state.pending``, in its order, the covered offsets not
+            yet consumed.
     """
 
     table_uri: str
@@ -309,7 +310,7 @@ class SnapshotStatus:
     phase: Phase
     properties: Mapping[str, str]
     state: SignalState
-    waiting_for: Mapping[str, Offsets]
+    waiting_for: tuple[Offsets, ...]
 
     def rows(self) -> list[tuple[str, str]]:
         """``(label, value)`` lines for display; empty values are left out."""
@@ -346,8 +347,7 @@ class SnapshotStatus:
                     + "lakehouse snapshot-complete",
                 )
             )
-        for signal in self.state.pending:
-            missing = self.waiting_for.get(signal.signal, {})
+        for signal, missing in zip(self.state.pending, self.waiting_for, strict=True):
             out.append(
                 (
                     f"pending {signal.signal}",
@@ -373,7 +373,7 @@ def snapshot_status(uri: str) -> SnapshotStatus:
     phase = phase_of(props)
     if state.phase != phase:  # the marker changed after the last data commit
         state = SignalState(phase=phase, positions=state.positions)
-    waiting = {p.signal: uncovered(state.positions, p.covered) for p in state.pending}
+    waiting = tuple(uncovered(state.positions, p.covered) for p in state.pending)
     return SnapshotStatus(
         table_uri=uri,
         version=version,

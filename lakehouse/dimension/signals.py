@@ -47,7 +47,8 @@ the strongest is recorded.
   timestamp of the phase's snapshot rows (records written by one Connect worker carry its
   send time). A stale heartbeat or notification of an earlier connector run, or a log record
   that preceded a re-snapshot in the same batch, is therefore ignored; a pending one is
-  dropped when snapshot rows newer than it arrive. Records without timestamps skip the check.
+  dropped when snapshot rows newer than it arrive (a newer pending one of the same signal is
+  kept for that: it may still be in order). Records without timestamps skip the check.
 
 **Alerts.** ``ABORTED``, ``SKIPPED`` and a ``TABLE_SCAN_COMPLETED`` with a failed status open
 an alert (kept in ``lakehouse.snapshot.alert``); they never set the marker. While an alert is
@@ -583,7 +584,8 @@ class SignalState:
         phase: the phase after the batch.
         positions: the data offsets the stream has consumed (and committed) so far.
         phase_max_ts_ms: the newest Kafka timestamp of this phase's snapshot rows.
-        pending: signals seen but not yet covered (oldest first, at most one per signal).
+        pending: signals seen but not yet covered (oldest first; per signal at most two: the
+            oldest and the newest still in order).
         alert: the open alert (ABORTED, SKIPPED, failed table scan), or None.
         fired: the signal that set the marker in this batch (for healing after a crash).
         last_notification: the newest initial-snapshot notification about the table.
@@ -877,14 +879,23 @@ def decide(
             )
         )
 
-    # Keep, per signal, the oldest one still in order; fire the strongest covered one.
-    pending: list[SignalEvidence] = []
+    # Keep, per signal, the oldest one still in order (it covers the fewest offsets, so it
+    # fires first) and the newest (it is the last to go stale: TABLE_SCAN_COMPLETED precedes
+    # the table's final row, which Debezium holds back, and COMPLETED follows it; read in one
+    # batch before that row, only COMPLETED survives the row). Any in between is dominated.
+    # Then fire the strongest covered one.
+    kept: list[SignalEvidence] = []
     for p in [*state.pending, *new]:
         if p.ordered and not in_order(p.kafka_ts_ms):
             ignored.append(f"pending {p.signal} ({p.detail}) dropped: newer snapshot rows came")
-            continue
-        if all(q.signal != p.signal for q in pending):
-            pending.append(p)
+        else:
+            kept.append(p)
+    pending = [
+        p
+        for i, p in enumerate(kept)
+        if all(q.signal != p.signal for q in kept[:i])
+        or all(q.signal != p.signal for q in kept[i + 1 :])
+    ]
     ready = [p for p in pending if not uncovered(state.positions, p.covered)]
     fire = min(ready, key=lambda p: (SIGNAL_RANK.get(p.signal, 9), p.batch_id)) if ready else None
 

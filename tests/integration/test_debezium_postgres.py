@@ -273,6 +273,21 @@ class _Reports:
         """Versions committed so far (to ``table``, or to every table)."""
         return sum(t.rows for t in self._targets(table))
 
+    def describe(self) -> str:
+        """One line per batch that ran: records, versions, phase, marker and pending signals."""
+        lines = []
+        for r in self.all:
+            if r.skipped:
+                continue
+            t = r.targets[0] if r.targets else None
+            lines.append(
+                f"  batch {r.batch_id}: {r.records} data + {r.signal_records} signal records, "
+                f"{t.rows if t else 0} versions, {t.phase if t else '-'}"
+                f"{' (marker set)' if t and t.marker_set_now else ''}"
+                f"{f', pending {list(t.pending)}' if t and t.pending else ''}, {r.seconds:.1f} s"
+            )
+        return "\n".join(lines)
+
 
 @contextlib.contextmanager
 def _ingesting(spark, stack, settings: Settings) -> Iterator[tuple[StreamingQuery, _Reports]]:
@@ -290,13 +305,21 @@ def _ingesting(spark, stack, settings: Settings) -> Iterator[tuple[StreamingQuer
     assert query.exception() is None
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float, query) -> float:
+def _wait(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    query,
+    reports: _Reports | None = None,
+) -> float:
+    """Wait for ``condition``; a timeout names ``what`` and lists the batches of ``reports``."""
     started = time.monotonic()
     while not condition():
         if query.exception() is not None:
             raise query.exception()
         if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
+            batches = f"; the batches:\n{reports.describe()}" if reports is not None else ""
+            raise AssertionError(f"{what}: not within {timeout_s} s{batches}")
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -325,7 +348,7 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE])
         running = time.monotonic() - started
-        marker_s = _wait(reports.marker_set, "the marker", 120, query)
+        marker_s = _wait(reports.marker_set, "the marker", 120, query, reports)
         props = delta.get_properties(uri)
         completed_version = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
         snapshot_rows = delta.read(spark, uri, version=completed_version).collect()
@@ -337,16 +360,8 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     print(
         f"\nconnector running {running:.1f} s after the test started; marker set "
         f"{marker_s:.1f} s later, after {len(batches)} batch(es); the update and delete "
-        f"in the table {log_s:.1f} s after the SQL"
+        f"in the table {log_s:.1f} s after the SQL\n{reports.describe()}"
     )
-    for r in batches:
-        t = r.targets[0] if r.targets else None
-        print(
-            f"  batch {r.batch_id}: {r.records} data + {r.signal_records} signal records, "
-            f"{t.rows if t else 0} versions, {t.phase if t else '-'}"
-            f"{' (marker set)' if t and t.marker_set_now else ''}"
-            f"{f', pending {list(t.pending)}' if t and t.pending else ''}, {r.seconds:.1f} s"
-        )
 
     # the snapshot: exactly the 1000 rows, as snapshot versions, before the marker
     assert len(snapshot_rows) == ROWS
@@ -643,7 +658,7 @@ def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_rese
     )
     with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE], notifications=False)
-        _wait(reports.marker_set, "the marker", 120, query)
+        _wait(reports.marker_set, "the marker", 120, query, reports)
         first = delta.get_properties(rates)
 
         # stopped, a change is made; restarted from its offsets, the connector sends it
@@ -731,14 +746,22 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
         debezium_stack.start_connector(
             [TABLE, "public.fees"], notifications=False, heartbeat_interval_ms=0
         )
-        _wait(lambda: reports.marker_set(rates), "the marker of the table with rows", 120, query)
+        _wait(
+            lambda: reports.marker_set(rates),
+            "the marker of the table with rows",
+            120,
+            query,
+            reports,
+        )
         time.sleep(5)  # the source is idle: no record comes, so no batch runs
         idle = delta.get_properties(fees) if delta.table_exists(fees) else {}
         status = CliRunner().invoke(app, ["snapshot-status", fees])
         waiting = dict(snapshot_status(fees).rows())["waiting for"]
 
         debezium_stack.execute("INSERT INTO public.fees VALUES (1, 0.50)")
-        _wait(lambda: reports.marker_set(fees), "the marker from the first change", 90, query)
+        _wait(
+            lambda: reports.marker_set(fees), "the marker from the first change", 90, query, reports
+        )
     print(f"\nsnapshot-status of the empty table while the source is idle:\n{status.output}")
 
     assert delta.get_properties(rates)[L.PROP_SNAPSHOT_SIGNAL] == "last"
@@ -783,7 +806,7 @@ def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_
     )
     with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE])
-        _wait(reports.marker_set, "the marker", 120, query)
+        _wait(reports.marker_set, "the marker", 120, query, reports)
         debezium_stack.execute(
             "ALTER TABLE public.rates ADD COLUMN source text;"
             "INSERT INTO public.rates VALUES ('C9001', 1.5, 'ecb');"
@@ -963,7 +986,7 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
 
     with _ingesting(spark, debezium_stack, settings) as (query, reports):
         debezium_stack.start_connector([TABLE, signals], extra={"signal.data.collection": signals})
-        _wait(reports.marker_set, "the marker", 120, query)
+        _wait(reports.marker_set, "the marker", 120, query, reports)
         first = delta.get_properties(rates)
 
         snapshot("incremental")
@@ -1122,7 +1145,7 @@ def test_the_rowtime_join_equals_the_databases_own_history(spark, tmp_path, debe
     plan = _workload(rng, currencies, transactions=60)
     with _ingesting(spark, stack, settings) as (query, reports):
         stack.start_connector([TABLE])
-        _wait(reports.marker_set, "the marker", 120, query)
+        _wait(reports.marker_set, "the marker", 120, query, reports)
         (logged_before,) = stack.query("SELECT count(*) FROM public.rates_history")[0]
         with stack.postgres.connect(stack.dbname) as conn:
             for statements in plan:

@@ -234,6 +234,28 @@ def test_newer_snapshot_rows_drop_a_pending_heartbeat():
     assert d.fire is None and t.state.pending == ()
 
 
+def test_a_later_notification_of_the_same_batch_ends_the_snapshot_when_an_earlier_goes_stale():
+    # Debezium holds the table's final row back until the whole snapshot ends, so
+    # TABLE_SCAN_COMPLETED is produced before it and COMPLETED after it. Read in one batch
+    # while the final row is not yet readable, both are pending; the row then makes the scan
+    # notification stale, and COMPLETED (kept, not folded into the older one) ends the snapshot.
+    t = Table(
+        options=SnapshotOptions(notification_topic=NOTES, signals=frozenset({"notification"}))
+    )
+    t.feed({TOPIC: {"0": 999}}, rows=rows(("first", 1, 0, 10), ("true", 998, 998, 100)))
+    scan = note("TABLE_SCAN_COMPLETED", 110, 2, collection="public.rates", status="SUCCEEDED")
+    d = t.feed(
+        {},
+        notifications=(scan, note("COMPLETED", 120, 3)),
+        probe=lambda: {TOPIC: {"0": 1000}},
+    )
+    assert d.fire is None  # the final row is not consumed yet
+    d = t.feed({TOPIC: {"0": 1000}}, rows=rows(("last", 1, 999, 115)))
+    assert d.fire is not None and d.fire.signal == "notification"
+    assert "COMPLETED" in d.fire.detail and "TABLE_SCAN" not in d.fire.detail
+    assert any("dropped: newer snapshot rows came" in why for why in d.ignored)
+
+
 def test_strongest_ready_signal_is_recorded():
     t = Table(options=BOTH)
     d = t.feed(
