@@ -52,6 +52,7 @@ demo: $(STAMP) $(JVM_STAMP)
 
 test: $(STAMP) $(STAMP40) $(JVM_STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
+	$(PY) -m lakehouse.testing.jvm_archive ensure
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40)
 

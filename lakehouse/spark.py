@@ -101,11 +101,11 @@ DEFAULT_CONF: Mapping[str, str] = {
 }
 
 
-def java_major_version(java: str | None = None) -> int:
-    """Return the major version of the Java that Spark will start.
+def java_version_text(java: str | None = None) -> str:
+    """What ``java -version`` prints for the Java that Spark will start.
 
     Raises:
-        EnvironmentSetupError: Java is missing, or its version cannot be read.
+        EnvironmentSetupError: Java is missing.
     """
     java_home = os.environ.get("JAVA_HOME")
     java = java or (os.path.join(java_home, "bin", "java") if java_home else shutil.which("java"))
@@ -115,10 +115,21 @@ def java_major_version(java: str | None = None) -> int:
             "'apt-get install openjdk-17-jre-headless') or set JAVA_HOME."
         )
     out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    text = out.stderr or out.stdout
+    return out.stderr or out.stdout
+
+
+def java_major_version(java: str | None = None) -> int:
+    """Return the major version of the Java that Spark will start.
+
+    Raises:
+        EnvironmentSetupError: Java is missing, or its version cannot be read.
+    """
+    text = java_version_text(java)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
     if not match:
-        raise EnvironmentSetupError(f"could not read the Java version from {java!r}: {text!r}")
+        raise EnvironmentSetupError(
+            f"could not read the Java version in what 'java -version' printed: {text!r}"
+        )
     major = int(match.group(1))
     # Java 8 and older report themselves as "1.8.0_..."
     return int(match.group(2) or 0) if major == 1 else major
@@ -161,7 +172,8 @@ def _check_jar_line(folder: Path, jars: Iterable[str]) -> None:
             )
 
 
-def _spark_home_jars() -> list[str]:
+def spark_home_jars() -> list[str]:
+    """The jars Spark starts with (``$SPARK_HOME/jars``, else pyspark's own), sorted."""
     import pyspark
 
     home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
@@ -215,7 +227,7 @@ def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """
     jars = _split_paths(conf.get("spark.jars"), ",")
     classpath = [
-        *_spark_home_jars(),
+        *spark_home_jars(),
         *jars,
         *_split_paths(conf.get("spark.driver.extraClassPath"), os.pathsep),
     ]
