@@ -78,10 +78,10 @@ def compact_command(
         bool, typer.Option("--force", help="Compact past the configured join's watermark.")
     ] = False,
 ) -> None:
-    """Compact a build table's version log: per key, keep every version after the horizon
-    and the latest one at or before it; row-time answers at or after the horizon do not
-    change. One atomic Delta overwrite; fails with nothing written if the ingest commits
-    meanwhile."""
+    """Compact a build table's version log, keeping row-time answers at or after the horizon.
+
+    Per key, keeps every version after the horizon and the latest one at or before it. One
+    atomic Delta overwrite; fails with nothing written if the ingest commits meanwhile."""
     from rich.progress import Progress as RichProgress
     from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -176,8 +176,9 @@ def vacuum_command(
         bool, typer.Option("--ignore-lineage", help="Vacuum a build table without outputs.")
     ] = False,
 ) -> None:
-    """Delete files old versions no longer need, keeping readable every build version the
-    outputs' _build_version still references. Dry run unless --apply."""
+    """Delete files old versions no longer need; a dry run unless --apply.
+
+    Every build version the outputs' _build_version still references stays readable."""
     from lakehouse import delta
     from lakehouse.config import load_settings
     from lakehouse.dimension import layout as L

@@ -27,8 +27,9 @@ def quality(
         int | None, typer.Option(help="Fail when a pending row is older than this.")
     ] = None,
 ) -> None:
-    """Validate the join's output and pending tables with Great Expectations; exit code 1
-    when a check fails (for cron or a Databricks job to alert on)."""
+    """Validate the join's output and pending tables with Great Expectations.
+
+    Exit code 1 when a check fails, for cron or a Databricks job to alert on."""
     from lakehouse.config import load_settings
     from lakehouse.quality import print_report, run_quality_report
     from lakehouse.runner import join_options
@@ -80,8 +81,9 @@ def demo(
     ),
     orders: Annotated[int, typer.Option(help="How many orders to produce.")] = 1200,
 ) -> None:
-    """Run the product end to end on generated data: CDC ingest and both joins, then the
-    quality report and a summary."""
+    """Run the product end to end on generated data.
+
+    CDC ingest and both joins, then the quality report and a summary."""
     from lakehouse.demo import run_demo
 
     if source not in ("kafka", "files", "postgres"):

@@ -19,9 +19,10 @@ from lakehouse.cli._shared import (
 
 @app.command("snapshot-status")
 def snapshot_status(table: Annotated[str, typer.Argument(help="Build table location.")]) -> None:
-    """Show a build table's snapshot state (loading, complete, re-snapshot), the signal that
-    set the marker and when, pending signals and what they wait for, and any alert
-    (ABORTED or SKIPPED snapshots)."""
+    """Show a build table's snapshot state: loading, complete or re-snapshot.
+
+    Also the signal that set the marker and when, pending signals and what they wait for, and
+    any alert (ABORTED or SKIPPED snapshots)."""
     from lakehouse.dimension import snapshot_status as read_status
 
     status = read_status(table)
@@ -43,8 +44,9 @@ def snapshot_complete(
     table: Annotated[str, typer.Argument(help="Build table location.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
 ) -> None:
-    """Operator override: mark a build table's snapshot complete (for sources that cannot
-    signal it), or end a re-snapshot. Recorded in the table's history with the reason."""
+    """Operator override: mark a build table's snapshot complete, or end a re-snapshot.
+
+    For sources that cannot signal it. Recorded in the table's history with the reason."""
     from lakehouse.dimension import operator_complete
 
     version = operator_complete(table, reason=reason)
@@ -73,8 +75,10 @@ def schema_resolve(
     ] = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Resolve a build table's schema block (stop the ingest first): replay the records the
-    block held back that fit the table, and clear the block. See README, "Schema drift"."""
+    """Resolve a build table's schema block (stop the ingest first).
+
+    Replays the records the block held back that fit the table, and clears the block. See
+    README, "Schema drift"."""
     from lakehouse.config import load_settings
     from lakehouse.dimension.schema_block import resolve
 
