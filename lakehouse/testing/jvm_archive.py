@@ -7,12 +7,14 @@ archive (JEP 350, ``-XX:ArchiveClassesAtExit``) holds them ready to map. Measure
 on an idle machine, one ``lakehouse sql --engine spark`` command: 14 CPU-s and 11.7 s without
 the archive, 10 CPU-s and 8 s with it.
 
-:func:`spark_archive` builds the archive once, by running the Kafka demo (ingest, both joins,
-the quality report: the classes the tests load) in a JVM that writes it when it exits, and
-keeps it under ``<jvm dir>/cds`` by a key of everything it depends on: the JDK, the jars on
-Spark's classpath (their names, sizes and times) and the JVM options. A changed jar or JDK
-gives a new key, hence a new archive; a JVM given an archive that does not match its classpath
-(a wheel installed elsewhere) ignores it, silently (``-Xlog:cds=off``). Nothing of this
+:func:`spark_archive` builds the archive once, by running ``lakehouse smoke`` (Spark starts,
+writes a Delta table and reads it back: the start-up classes every driver loads) in a JVM that
+writes it when it exits, about 30 seconds. An archive written from the whole Kafka demo took
+two minutes and saved no more (a scheduled-runs test: 72 CPU-s with it, 75 with this one, 107
+with none). It is kept under ``<jvm dir>/cds`` by a key of everything it depends on: the JDK,
+the jars on Spark's classpath (their names, sizes and times) and the JVM options. A changed jar
+or JDK gives a new key, hence a new archive; a JVM given an archive that does not match its
+classpath (a wheel installed elsewhere) ignores it, silently (``-Xlog:cds=off``). Nothing of this
 changes what a JVM computes, only how fast it loads its classes. Users' jobs never see it:
 only the tests' ``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) names the archive.
 """
@@ -34,8 +36,6 @@ from pathlib import Path
 #: Keeps a JVM quiet when the archive does not match its classpath (by default it prints a
 #: warning on standard output, where a command's output belongs).
 QUIET: tuple[str, ...] = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
-#: Orders the demo produces while the archive is written: enough for every stage to run.
-_ORDERS = 120
 BUILD_TIMEOUT_S = 600.0
 
 
@@ -85,8 +85,8 @@ def _locked(lock: Path) -> Iterator[None]:
 
 
 def _build(path: Path, jvm_options: Sequence[str]) -> None:
-    """Run the demo in a JVM that writes the archive at its exit, wait until it has, then move
-    the archive into place (a JVM never maps a half-written one)."""
+    """Run ``lakehouse smoke`` in a JVM that writes the archive at its exit, wait until it has,
+    then move the archive into place (a JVM never maps a half-written one)."""
     partial = path.with_suffix(f".{os.getpid()}.partial")
     dump = f"-XX:ArchiveClassesAtExit={partial}"
     options = " ".join([*jvm_options, dump, *QUIET])
@@ -95,7 +95,7 @@ def _build(path: Path, jvm_options: Sequence[str]) -> None:
     print(f"lakehouse.testing: writing the Spark class-data archive {path.name} ...", flush=True)
     lakehouse = Path(sys.executable).parent / "lakehouse"
     with tempfile.TemporaryDirectory(prefix="lakehouse-cds-") as work:
-        command = [str(lakehouse), "demo", "--output", f"{work}/demo", "--orders", str(_ORDERS)]
+        command = [str(lakehouse), "smoke", "--directory", f"{work}/smoke"]
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
         )
@@ -140,7 +140,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         archive = spark_archive(TEST_JVM_OPTIONS)
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        # the archive only saves time: the tests run without it (and find what broke the demo)
+        # the archive only saves time: the tests run without it (and find what broke the smoke run)
         print(f"warning: no class-data archive, the tests load classes from jars: {e}")
         return 0
     print(f"lakehouse.testing: Spark class-data archive {archive}")
