@@ -261,6 +261,11 @@ def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def s3a_jar_folder() -> Path:
+    """The folder of Hadoop's S3A connector jars: ``<jvm dir>/s3`` (``jvm/s3/pom.xml``)."""
+    return jvm_dir() / "s3"
+
+
 def s3a_jars(classpath: Iterable[str]) -> list[str]:
     """Hadoop's S3A connector (``s3a://`` locations), when Spark lacks it: the jars of
     ``<jvm dir>/s3`` (``make`` fetches them from ``jvm/s3/pom.xml``), and only when their
@@ -270,7 +275,7 @@ def s3a_jars(classpath: Iterable[str]) -> list[str]:
     classpath = list(classpath)
     if classpath_has(S3A_CLASS, classpath):
         return []
-    jars = sorted(glob.glob(str(jvm_dir() / "s3" / "*.jar")))
+    jars = sorted(glob.glob(str(s3a_jar_folder() / "*.jar")))
     wanted = {_jar_version(j, "hadoop-aws-") for j in jars} - {None}
     shipped = {_jar_version(j, "hadoop-client-api-") for j in classpath} - {None}
     return jars if wanted and wanted <= shipped else []

@@ -12,11 +12,12 @@ writes a Delta table and reads it back: the start-up classes every driver loads)
 writes it when it exits, about 30 seconds. An archive written from the whole Kafka demo took
 two minutes and saved no more (a scheduled-runs test: 72 CPU-s with it, 75 with this one, 107
 with none). It is kept under ``<jvm dir>/cds`` by a key of everything it depends on: the JDK,
-the jars on Spark's classpath (their names, sizes and times) and the JVM options. A changed jar
-or JDK gives a new key, hence a new archive; a JVM given an archive that does not match its
-classpath (a wheel installed elsewhere) ignores it, silently (``-Xlog:cds=off``). Nothing of this
-changes what a JVM computes, only how fast it loads its classes. Users' jobs never see it:
-only the tests' ``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) names the archive.
+the jars on Spark's classpath (its own, and the Delta, Kafka and S3A jars lakehouse adds: their
+names, sizes and times) and the JVM options. A changed jar or JDK gives a new key, hence a new
+archive; a JVM given an archive that does not match its classpath (a wheel installed elsewhere)
+ignores it, silently (``-Xlog:cds=off``). Nothing of this changes what a JVM computes, only
+how fast it loads its classes. Users' jobs never see it: only the tests'
+``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) names the archive.
 """
 
 from __future__ import annotations
@@ -46,12 +47,18 @@ def archive_options(archive: Path) -> tuple[str, ...]:
 
 def spark_archive_key(jvm_options: Sequence[str]) -> str:
     """What the archive of a Spark JVM started with ``jvm_options`` depends on, hashed."""
-    from lakehouse.spark import java_version_text, spark_home_jars, spark_jar_folder
+    from lakehouse.spark import (
+        java_version_text,
+        s3a_jar_folder,
+        spark_home_jars,
+        spark_jar_folder,
+    )
 
     digest = hashlib.sha256()
     digest.update(java_version_text().encode())
     digest.update(" ".join(jvm_options).encode())
-    for jar in [*spark_home_jars(), *sorted(glob.glob(str(spark_jar_folder() / "*.jar")))]:
+    added = [j for f in (spark_jar_folder(), s3a_jar_folder()) for j in glob.glob(f"{f}/*.jar")]
+    for jar in [*spark_home_jars(), *sorted(added)]:
         st = os.stat(jar)
         digest.update(f"{jar}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
@@ -65,8 +72,10 @@ def spark_archive(jvm_options: Sequence[str], *, build: bool = True) -> Path | N
 
     folder = jvm_dir() / "cds"
     path = folder / f"spark-{spark_archive_key(jvm_options)}.jsa"
-    if path.exists() or not build:
-        return path if path.exists() else None
+    if path.exists():
+        return path
+    if not build:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder / ".lock"):
         if not path.exists():
