@@ -21,22 +21,36 @@ FIXTURES = HERE / "fixtures"
 
 # Every Spark driver and executor of the tests, in this process or in a `lakehouse` command the
 # tests run, starts with the options the broker, Connect and Spark's daemons start with
-# (lakehouse.testing.broker.TEST_JVM_OPTIONS): the suite is CPU-bound on two cores. Measured on
-# one crash-restart test, side by side: 135 CPU-s with the defaults, 87 with these. Spark's
-# ``defaultJavaOptions`` go before the ``extraJavaOptions`` lakehouse sets, which stay as users
-# get them. A driver also maps the class-data archive `make test` writes first
-# (lakehouse.testing.jvm_archive; 21-26% less CPU on a crash test and a scheduled-runs test);
-# without it, the drivers load their classes from the jars. Executors of a standalone cluster
-# start from another classpath, which the archive does not fit.
-if "LAKEHOUSE_SPARK_CONF" not in os.environ:
+# (lakehouse.testing.broker.TEST_JVM_OPTIONS: C1 only, serial GC): the suite is CPU-bound on two
+# cores, and a command's JVM lives seconds. Measured on one crash-restart test, side by side: 135
+# CPU-s with the defaults, 87 with these. Spark's ``defaultJavaOptions`` go before the
+# ``extraJavaOptions`` lakehouse sets, which stay as users get them. A driver also maps the
+# class-data archive `make test` writes first (lakehouse.testing.jvm_archive; 21-26% less CPU on
+# a crash test and a scheduled-runs test); without it, the drivers load their classes from the
+# jars. Executors of a standalone cluster start from another classpath, which the archive does
+# not fit.
+_ARCHIVE = spark_archive(TEST_JVM_OPTIONS, build=False)
+_ARCHIVE_OPTIONS = () if _ARCHIVE is None else archive_options(_ARCHIVE)
+_OWN_CONF = "LAKEHOUSE_SPARK_CONF" not in os.environ
+if _OWN_CONF:
     _executor = " ".join(TEST_JVM_OPTIONS)
-    _archive = spark_archive(TEST_JVM_OPTIONS, build=False)
-    _driver = " ".join(
-        [*TEST_JVM_OPTIONS, *(() if _archive is None else archive_options(_archive))]
-    )
+    _driver = " ".join([*TEST_JVM_OPTIONS, *_ARCHIVE_OPTIONS])
     os.environ["LAKEHOUSE_SPARK_CONF"] = (
         f"spark.driver.defaultJavaOptions={_driver};spark.executor.defaultJavaOptions={_executor}"
     )
+
+# The session's own driver is the exception: it lives as long as the test session (the whole
+# pass, in each xdist worker) and runs most of the suite's Spark work, where C2's compiled code
+# repays its compiler threads many times over. Measured side by side, tests/integration/
+# test_join.py in one process (same Hypothesis seed): 258 s and 329 CPU-s with C1 only, 185 s
+# and 261 CPU-s with both tiers. A backfill test whose work is in short-lived `lakehouse`
+# commands went the other way (95-101 CPU-s with C1 only, 138-153 with both), hence the split.
+# A LAKEHOUSE_SPARK_CONF of your own applies to this driver too.
+_SESSION_CONF = (
+    {"spark.driver.defaultJavaOptions": " ".join(["-XX:+UseSerialGC", *_ARCHIVE_OPTIONS])}
+    if _OWN_CONF
+    else {}
+)
 
 # An xdist worker's __main__ has neither __file__ nor __spec__. pyspark.sql.connect (which
 # Great Expectations imports) takes that for a doctest run of its own and calls sys.exit(0)
@@ -53,7 +67,11 @@ def spark() -> Iterator[object]:
     session = get_spark(
         app_name="lakehouse-tests",
         master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            **_SESSION_CONF,
+        },
     )
     yield session
     session.stop()
