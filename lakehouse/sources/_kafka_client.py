@@ -59,6 +59,19 @@ _ACL_CODES = frozenset(
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
 )
+#: A partition between leaders: a topic just created, an election after a broker restart. The
+#: broker answers, so these are no reason to fail; librdkafka does not flag them retriable on
+#: the synchronous watermark call, hence the list.
+_LEADERLESS_CODES = frozenset(
+    {
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    }
+)
 
 
 def read_properties_file(path: str) -> dict[str, str]:
@@ -322,20 +335,43 @@ class KafkaMetadata:
         """Return ``(low, high)``: the earliest offset held and the next offset to be written.
 
         ``high`` is what the broker reports; with ``isolation.level=read_committed`` (the
-        librdkafka default) it is the last stable offset.
+        librdkafka default) it is the last stable offset. A retriable error (the partition has
+        no leader yet: a topic just created, a leader being elected after a broker restart) is
+        asked again until the timeout, as :meth:`partitions` does; the timeout bounds the whole
+        call.
 
         Raises:
-            SourceError: the brokers cannot be reached within the timeout.
+            SourceError: the brokers cannot be reached, or the partition has no leader, within
+                the timeout; or the broker refused the request.
         """
-        try:
-            low, high = self._live().get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout_ms / 1000, cached=False
-            )
-        except KafkaException as e:
-            raise self._failure(
-                f"fetching the watermarks of topic {topic!r} partition {partition}", e
-            ) from e
-        return int(low), int(high)
+        consumer = self._live()
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=remaining, cached=False
+                )
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                retriable = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _LEADERLESS_CODES
+                )
+                if retriable and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                if isinstance(error, KafkaError) and error.code() in _LEADERLESS_CODES:
+                    raise SourceError(
+                        f"partition {partition} of topic {topic!r} had no leader on Kafka at "
+                        f"{self._config.get('bootstrap.servers')!r} for {self._timeout_ms} ms "
+                        f"({error.str()}): the brokers answer, but the ones holding its "
+                        "replicas are down or still electing one. Check them (kafka-topics.sh "
+                        "--describe), or raise the source option 'metadataTimeoutMs'."
+                    ) from e
+                raise self._failure(
+                    f"fetching the watermarks of topic {topic!r} partition {partition}", e
+                ) from e
+            return int(low), int(high)
 
     def topic_ids(self, topics: list[str]) -> dict[str, str]:
         """The topic id (KIP-516) of each topic: a new id means the topic was deleted and
