@@ -46,8 +46,9 @@ Options (names are case-insensitive, as everywhere in Spark):
     configuration, which holds the word ``password``).
 ``metadataTimeoutMs``
     Bound on each driver-side confluent-kafka call of :class:`KafkaOffsetsReader`
-    (default 10000); Spark's own calls use the Java client's timeouts
-    (``kafka.socket.timeout.ms`` sets them).
+    (default 10000), retries included: a partition without a leader (a topic just created, an
+    election after a broker restart) is asked again until then. Spark's own calls use the Java
+    client's timeouts (``kafka.socket.timeout.ms`` sets them).
 
 Broker outages are carried by :mod:`lakehouse.runner`: a query that Spark's source fails
 because the brokers stopped answering is restarted from its checkpoint with backoff, up to
