@@ -45,9 +45,11 @@ if _OWN_CONF:
 # test_join.py in one process (same Hypothesis seed): 258 s and 329 CPU-s with C1 only, 185 s
 # and 261 CPU-s with both tiers. A backfill test whose work is in short-lived `lakehouse`
 # commands went the other way (95-101 CPU-s with C1 only, 138-153 with both), hence the split.
-# A LAKEHOUSE_SPARK_CONF of your own applies to this driver too.
+# Its options are TEST_JVM_OPTIONS without the C1 cap. A LAKEHOUSE_SPARK_CONF of your own
+# applies to this driver too.
+_SESSION_JVM_OPTIONS = [o for o in TEST_JVM_OPTIONS if not o.startswith("-XX:TieredStopAtLevel")]
 _SESSION_CONF = (
-    {"spark.driver.defaultJavaOptions": " ".join(["-XX:+UseSerialGC", *_ARCHIVE_OPTIONS])}
+    {"spark.driver.defaultJavaOptions": " ".join([*_SESSION_JVM_OPTIONS, *_ARCHIVE_OPTIONS])}
     if _OWN_CONF
     else {}
 )

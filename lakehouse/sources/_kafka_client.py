@@ -354,13 +354,12 @@ class KafkaMetadata:
                 )
             except KafkaException as e:
                 error = e.args[0] if e.args else None
-                retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _LEADERLESS_CODES
-                )
-                if retriable and time.monotonic() < deadline:
+                known = isinstance(error, KafkaError)
+                leaderless = known and error.code() in _LEADERLESS_CODES
+                if (leaderless or (known and error.retriable())) and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
-                if isinstance(error, KafkaError) and error.code() in _LEADERLESS_CODES:
+                if leaderless:
                     raise SourceError(
                         f"partition {partition} of topic {topic!r} had no leader on Kafka at "
                         f"{self._config.get('bootstrap.servers')!r} for {self._timeout_ms} ms "
