@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import INTERPRETED_PROJECTIONS
 
 from lakehouse.testing.broker import TEST_JVM_OPTIONS
 from lakehouse.testing.jvm_archive import archive_options, spark_archive
@@ -29,6 +30,17 @@ FIXTURES = HERE / "fixtures"
 # a crash test and a scheduled-runs test); without it, the drivers load their classes from the
 # jars. Executors of a standalone cluster start from another classpath, which the archive does
 # not fit.
+#
+# The same drivers interpret their projections and predicates instead of generating Java for
+# each and compiling it (helpers.INTERPRETED_PROJECTIONS, Spark's
+# `spark.sql.codegen.factoryMode=NO_CODEGEN`: the switch Spark's own test suites use to run the
+# interpreted path; Spark calls it internal and lakehouse never sets it for users). Results are
+# the same by Spark's contract, and whole-stage code generation, which compiles the plans
+# lakehouse builds, still runs. What it saves is the per-task code generation for Delta's log
+# actions, whose schema is too wide for whole-stage code (docs/architecture-notes.md): measured
+# side by side, a scheduled-runs backfill (three commands) 77 and 78 CPU-s with generated code,
+# 68 and 72 interpreted; a row-time join test in the session's driver 73 and 86, 64 and 71.
+# test_demo.py's files-mode demo runs with generated code, as users run it.
 _ARCHIVE = spark_archive(TEST_JVM_OPTIONS, build=False)
 _ARCHIVE_OPTIONS = () if _ARCHIVE is None else archive_options(_ARCHIVE)
 _OWN_CONF = "LAKEHOUSE_SPARK_CONF" not in os.environ
@@ -36,7 +48,8 @@ if _OWN_CONF:
     _executor = " ".join(TEST_JVM_OPTIONS)
     _driver = " ".join([*TEST_JVM_OPTIONS, *_ARCHIVE_OPTIONS])
     os.environ["LAKEHOUSE_SPARK_CONF"] = (
-        f"spark.driver.defaultJavaOptions={_driver};spark.executor.defaultJavaOptions={_executor}"
+        f"spark.driver.defaultJavaOptions={_driver};spark.executor.defaultJavaOptions={_executor};"
+        + INTERPRETED_PROJECTIONS
     )
 
 # The session's own driver is the exception: it lives as long as the test session (the whole

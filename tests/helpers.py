@@ -12,6 +12,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+#: The one Spark setting of the tests' own that is not about JVM start-up (tests/conftest.py adds
+#: it to ``LAKEHOUSE_SPARK_CONF``): projections and predicates interpreted instead of compiled.
+INTERPRETED_PROJECTIONS = "spark.sql.codegen.factoryMode=NO_CODEGEN"
+
 
 def _render(expected: Sequence[tuple[Any, ...]], actual: Sequence[tuple[Any, ...]]) -> str:
     table = Table("#", "expected", "actual", "", show_lines=False)
@@ -181,17 +185,27 @@ def join_options(**overrides: Any) -> Any:
 
 
 def lakehouse_command(
-    *args: str, cwd: Path | None = None, columns: int = 4000, timeout: float = 600
+    *args: str,
+    cwd: Path | None = None,
+    columns: int = 4000,
+    timeout: float = 600,
+    compiled_projections: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """The installed ``lakehouse`` command, run as a user or a scheduler runs it: a new
     process, output captured as text, the exit code left to the caller. ``columns`` is the
-    terminal width rich wraps at (wide by default, so that one line stays one line)."""
+    terminal width rich wraps at (wide by default, so that one line stays one line).
+    ``compiled_projections`` runs it with Spark's code generation exactly as users get it,
+    without the suite's :data:`INTERPRETED_PROJECTIONS`."""
+    env = {**os.environ, "COLUMNS": str(columns)}
+    if compiled_projections and "LAKEHOUSE_SPARK_CONF" in env:
+        entries = env["LAKEHOUSE_SPARK_CONF"].split(";")
+        env["LAKEHOUSE_SPARK_CONF"] = ";".join(e for e in entries if e != INTERPRETED_PROJECTIONS)
     return subprocess.run(
         [str(Path(sys.executable).parent / "lakehouse"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": str(columns)},
+        env=env,
         check=False,
     )

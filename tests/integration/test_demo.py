@@ -15,8 +15,10 @@ from lakehouse import delta
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _demo(*args: str) -> subprocess.CompletedProcess[str]:
-    return lakehouse_command("demo", *args, columns=120, timeout=900)
+def _demo(*args: str, compiled_projections: bool = False) -> subprocess.CompletedProcess[str]:
+    return lakehouse_command(
+        "demo", *args, columns=120, timeout=900, compiled_projections=compiled_projections
+    )
 
 
 def test_demo_refuses_an_unknown_source_before_spark_starts():
@@ -26,7 +28,17 @@ def test_demo_refuses_an_unknown_source_before_spark_starts():
 
 
 def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
-    proc = _demo("--source", "files", "--output", str(tmp_path / "demo"), "--orders", "240")
+    # with Spark's generated code as users run it (the rest of the suite interprets its
+    # projections, tests/conftest.py)
+    proc = _demo(
+        "--source",
+        "files",
+        "--output",
+        str(tmp_path / "demo"),
+        "--orders",
+        "240",
+        compiled_projections=True,
+    )
     text = proc.stdout
     assert proc.returncode == 0, (text[-4000:], proc.stderr[-4000:])
     assert "demo summary" in text
