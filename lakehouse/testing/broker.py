@@ -47,8 +47,15 @@ HEAP = "384m"
 #: JVM options of every JVM the tests start (this broker, Connect, Spark's daemons, and the
 #: Spark drivers and executors through tests/conftest.py): C1 only and the serial GC. A test's
 #: JVM lives seconds on kilobytes, where C2's compiler threads cost more CPU than they return;
-#: neither option changes a result.
-TEST_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+#: neither option changes a result. With C1 alone the JVM reserves 48 MB for compiled code
+#: instead of 240 MB, and a driver that runs for minutes filled it (the files-mode demo, 41 s
+#: in: "CodeCache is full. Compiler has been disabled", interpreted from there on); the code
+#: cache keeps the size both tiers get (address space reserved, not memory used).
+TEST_JVM_OPTIONS: tuple[str, ...] = (
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:ReservedCodeCacheSize=240m",
+)
 
 _LOG4J2 = """\
 # written by lakehouse.testing.broker: the broker logs to broker.log in its directory

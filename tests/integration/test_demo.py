@@ -21,6 +21,18 @@ def _demo(*args: str, compiled_projections: bool = False) -> subprocess.Complete
     )
 
 
+def _succeeded(proc: subprocess.CompletedProcess[str]) -> str:
+    """The demo's output when it exited 0; otherwise fail with its output and its whole error
+    output, untruncated (an assertion's message would be cut to a few lines)."""
+    if proc.returncode != 0:
+        pytest.fail(
+            f"lakehouse demo exited {proc.returncode}\n--- output (end) ---\n"
+            f"{proc.stdout[-6000:]}\n--- error output ---\n{proc.stderr[-20000:]}",
+            pytrace=False,
+        )
+    return proc.stdout
+
+
 def test_demo_refuses_an_unknown_source_before_spark_starts():
     proc = _demo("--source", "carrier-pigeon")
     assert proc.returncode == 2, proc.stderr
@@ -39,8 +51,7 @@ def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
         "240",
         compiled_projections=True,
     )
-    text = proc.stdout
-    assert proc.returncode == 0, (text[-4000:], proc.stderr[-4000:])
+    text = _succeeded(proc)
     assert "demo summary" in text
     tables = tmp_path / "demo" / "tables"
     # every order was joined by the processing-time join, after the snapshot completed
@@ -82,8 +93,7 @@ def test_demo_on_a_real_database_passes_its_quality_checks(spark, tmp_path):
 
     out = tmp_path / "demo"
     proc = _demo("--source", "postgres", "--output", str(out), "--orders", "240")
-    text = proc.stdout
-    assert proc.returncode == 0, (text[-4000:], proc.stderr[-4000:])
+    text = _succeeded(proc)
     assert "Debezium (Kafka Connect pid" in text and "read the snapshot of 24 rows" in text
     assert "at org.apache" not in text + proc.stderr  # no Java trace on a clean stop
 
