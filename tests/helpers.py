@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-#: The one Spark setting of the tests' own that is not about JVM start-up (tests/conftest.py adds
-#: it to ``LAKEHOUSE_SPARK_CONF``): projections and predicates interpreted instead of compiled.
+#: The one entry of the suite's ``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) that is not a JVM
+#: option: projections and predicates interpreted instead of generated and compiled.
 INTERPRETED_PROJECTIONS = "spark.sql.codegen.factoryMode=NO_CODEGEN"
 
 
