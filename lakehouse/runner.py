@@ -409,6 +409,7 @@ def _start(
     (through an outage too) and released when it ends."""
     from lakehouse import delta
     from lakehouse.checkpoint import binding_metadata, check_binding
+    from lakehouse.failpoints import failpoint
     from lakehouse.lease import acquire
 
     check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
@@ -428,11 +429,13 @@ def _start(
     identity: dict[str, str] = {}
 
     def fenced(df: DataFrame, batch_id: int) -> None:
+        failpoint(f"{command}.batch_start", batch_id)
         lease.check()  # a job that lost its lease stops before writing anything
         if not identity:  # Spark has written the checkpoint's id by the first batch
             identity.update(binding_metadata(cfg.checkpoint))
         with delta.commit_metadata(identity):  # every version names its checkpoint
             fn(df, batch_id)
+        failpoint(f"{command}.batch_end", batch_id)
 
     def start_query() -> StreamingQuery:
         if source is not None:  # the first start, and every restart after an outage

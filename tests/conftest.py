@@ -94,4 +94,5 @@ def spark() -> Iterator[object]:
 
 from kafka_broker import kafka_broker, kafka_topic  # noqa: F401, E402
 from postgres_stack import debezium_stack, postgres  # noqa: F401, E402
+from s3_endpoint import s3  # noqa: F401, E402
 from wheel_env import installed_wheel  # noqa: F401, E402

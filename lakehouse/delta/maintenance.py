@@ -22,6 +22,7 @@ from lakehouse.delta.table import (
     snapshot,
 )
 from lakehouse.errors import ConcurrentCommitError
+from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -138,6 +139,7 @@ def vacuum(
     try:
         listed = [str(r[0]) for r in spark.sql(statement + " DRY RUN").collect()]
         if not dry_run and listed:
+            failpoint("vacuum.before_delete")
             with _sql_metadata(spark, metadata):
                 spark.sql(statement).collect()
     finally:

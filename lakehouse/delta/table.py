@@ -43,6 +43,7 @@ from lakehouse.errors import (
     TableNotFoundError,
     UnsupportedTableError,
 )
+from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -597,8 +598,16 @@ def create_table(
         schema: the columns.
         properties: table properties; custom ``lakehouse.*`` keys are accepted.
         exist_ok: when the table exists already, check that it has every column of
-            ``schema`` with the same type and return its latest version instead of failing.
+            ``schema`` with the same type, set those of ``properties`` it does not have at
+            all (finishing a creation a crash cut between its two commits, see below), and
+            return its latest version instead of failing.
         metadata: ``lakehouse.*`` commit metadata of the create commit.
+
+    A location that already holds files but no commit (a writer's lease, ``_lakehouse/``; the
+    ``_delta_log/`` a process killed inside its first commit leaves behind) is refused by
+    Delta's ``CREATE TABLE``. There the table is created by an empty write, and the properties
+    follow in a second commit: a crash between the two leaves a table without them, which the
+    next ``create_table(exist_ok=True)`` completes. Keys the table has are never changed.
 
     Raises:
         SchemaMismatchError: ``exist_ok`` and the existing table lacks a column or types differ.
@@ -611,6 +620,14 @@ def create_table(
         if not exist_ok:
             raise SchemaMismatchError(f"a Delta table already exists at '{uri}'", table_uri=uri)
         check_compatible(uri, schema, allow_new_columns=False, existing=snap.schema)
+        missing = {k: v for k, v in (properties or {}).items() if k not in snap.properties}
+        if missing:
+            log.warning(
+                "Delta table %s: finishing its creation, which a crash interrupted: setting %s",
+                uri,
+                ", ".join(sorted(missing)),
+            )
+            return set_properties(uri, missing, metadata=metadata, spark=spark)
         return snap.version
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
     for key, value in (properties or {}).items():
@@ -619,10 +636,7 @@ def create_table(
         with _sql_metadata(spark, metadata):
             builder.execute()
     except Exception as e:
-        # CREATE TABLE refuses a location that holds files but no log, such as a writer's
-        # lease (``_lakehouse/``, which Delta otherwise ignores). An empty write creates the
-        # table there; the properties follow in a second commit.
-        if "DELTA_MISSING_DELTA_TABLE" not in str(e) and "NON_EMPTY_LOCATION" not in str(e):
+        if not any(cls in str(e) for cls in _NOT_A_TABLE_YET):
             raise
         writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
         text = _user_metadata(metadata)
@@ -631,9 +645,17 @@ def create_table(
         writer.save(uri)
         if properties:
             _after_write(spark, uri)
+            failpoint("create.before_properties")
             set_properties(uri, properties, metadata=metadata, spark=spark)
     _after_write(spark, uri)
     return 0
+
+
+#: Delta's refusals of ``CREATE TABLE`` at a location that holds files but no commit: a lease
+#: (``NON_EMPTY_LOCATION``), a ``_delta_log/`` without a commit, as a process killed inside
+#: its first commit leaves it (``DELTA_TABLE_NOT_FOUND``; ``DELTA_MISSING_DELTA_TABLE`` in
+#: older releases).
+_NOT_A_TABLE_YET = ("NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE")
 
 
 def set_properties(
@@ -933,7 +955,10 @@ def _write(
         if txn is not None and snap.records(*txn):
             return WriteResult(version=snap.version, skipped=True, rows=0)
         if schema_mode == "widen":
+            read = snap.version
             df, snap = _meet_types(df, uri, snap)
+            if snap.version != read:
+                failpoint("widen.before_data", txn[1] if txn is not None else 0)
         check_compatible(
             uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
         )
@@ -976,6 +1001,7 @@ def _write(
             # table (a shared dead-letter table) must not fail the batch; the next multiple
             # tries again
             log.warning("Delta table %s: compaction skipped: %s", uri, _first_line(e))
+        failpoint("optimize.after_commit", txn[1] if txn is not None else 0)
     if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
         # Delta skipped it: the transaction arrived in a commit after our snapshot
         for past in after.commits(max(after.version - snap.version, 1)):

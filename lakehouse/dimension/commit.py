@@ -120,7 +120,10 @@ class CommitPlan:
     """What to write to one build table for one batch, in this order.
 
     Attributes:
-        create: create the table with these properties (None: it exists).
+        create: create the table with these properties; when it exists, set them (its
+            creation was cut by a crash between the empty commit and the properties commit,
+            see :func:`lakehouse.delta.create_table`); None: nothing to create.
+        finishes_create: the table exists and ``create`` only sets its missing properties.
         learn_key: set ``lakehouse.primaryKey`` to this (a table a signal created before its
             first row); None: nothing to set.
         start_resnapshot: clear the marker before the data commit (a re-snapshot starts).
@@ -153,6 +156,7 @@ class CommitPlan:
     watermark_ms: int
     metadata: Mapping[str, Any]
     changes_nothing: bool = False
+    finishes_create: bool = False
 
 
 def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
@@ -189,18 +193,23 @@ def plan_commit(
     target = plan.target
     props = look.properties
     key = ",".join(plan.key_columns)
+    creation = {
+        L.PROP_PRIMARY_KEY: key,
+        L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
+        L.PROP_SOURCE_TABLE: target.source_table or "*",
+        L.PROP_SNAPSHOT_COMPLETE: "false",
+        L.PROP_SNAPSHOT_STATE: "loading",
+        L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
+        L.PROP_TABLE_KIND: "build",
+    }
     create = None
     if not look.exists:
-        create = {
-            L.PROP_PRIMARY_KEY: key,
-            L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
-            L.PROP_SOURCE_TABLE: target.source_table or "*",
-            L.PROP_SNAPSHOT_COMPLETE: "false",
-            L.PROP_SNAPSHOT_STATE: "loading",
-            L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
-            L.PROP_TABLE_KIND: "build",
-        }
-        props = create
+        create = props = creation
+    elif L.PROP_SNAPSHOT_COMPLETE not in props:
+        # every build table gets the marker's key when it is created: without it, a crash
+        # fell between the creation's empty commit and its properties; finish the creation
+        create = {k: v for k, v in creation.items() if k not in props}
+        props = {**props, **create}
     # a table a signal created before its first row learns its key from that row
     learn_key = key if key and not props.get(L.PROP_PRIMARY_KEY) and not look.replay else None
 
@@ -246,6 +255,7 @@ def plan_commit(
     changes_nothing = (
         look.exists
         and not look.replay
+        and create is None
         and rows.count == 0
         and plan.rejected_count == 0
         and not plan.schema_changes
@@ -261,6 +271,7 @@ def plan_commit(
     return CommitPlan(
         changes_nothing=changes_nothing,
         create=create,
+        finishes_create=look.exists and create is not None,
         learn_key=learn_key,
         start_resnapshot=decision.start_resnapshot and not look.replay,
         block=block,

@@ -31,6 +31,9 @@ LINEAGE_COLUMNS: Final = (
     KAFKA_PARTITION,
     KAFKA_OFFSET,
 )
+#: What tells two rows of the version log apart, with the key columns: its rows are appended
+#: once per source record (and once per synthetic delete), never updated.
+ROW_IDENTITY: Final = (OP, EVENT_TIME, SEQ, KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 
 # Table properties (Delta table configuration).
 PROP_SNAPSHOT_COMPLETE: Final = "lakehouse.snapshot.complete"

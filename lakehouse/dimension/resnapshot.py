@@ -28,13 +28,17 @@ def synthetic_deletes(
     alive before them (the share :meth:`BuildSink._check_ended_share` bounds).
 
     A key is a *ghost* when its latest version (by ``_event_time``, ``_seq``; truncates
-    included) is alive and none of its rows was added since the re-snapshot started — in a
-    data file that the last complete version (``lakehouse.snapshot.lastCompleteVersion``)
-    does not hold, or in this batch. Each ghost gets a delete at the re-snapshot's newest
-    event time (never before its own latest version; ``_seq`` extends the version's so the
-    delete sorts after it), with NULL value columns and ``_kafka_topic``
-    :data:`~lakehouse.dimension.layout.SYNTHETIC_DELETE_TOPIC`. Reads the whole table once (a
-    re-snapshot is rare). None when the table has no key or no last complete version.
+    included) is alive and none of its rows was added since the re-snapshot started — a row
+    the last complete version (``lakehouse.snapshot.lastCompleteVersion``) does not hold, or
+    one of this batch. Rows are told apart by what they are (key, op, event time, ``_seq``,
+    source position: the log is append-only, and no two of its rows share all of them), never
+    by the file that holds them: a compaction (``OPTIMIZE``) during the re-snapshot moves
+    every row into new files, and would make every key look re-read. Each ghost gets a delete
+    at the re-snapshot's newest event time (never before its own latest version; ``_seq``
+    extends the version's so the delete sorts after it), with NULL value columns and
+    ``_kafka_topic`` :data:`~lakehouse.dimension.layout.SYNTHETIC_DELETE_TOPIC`. Reads the
+    table at two versions (a re-snapshot is rare). None when the table has no key or no last
+    complete version.
     """
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
@@ -47,17 +51,24 @@ def synthetic_deletes(
     table = delta.read(spark, uri)
     if any(k not in table.columns for k in key_columns):
         return None
+    identity = [
+        c
+        for c in (*key_columns, *L.ROW_IDENTITY)
+        if c in table.columns  # a table written before a lineage column existed lacks it
+    ]
     before = (
         delta.read(spark, uri, version=int(last_complete))
-        .select(F.col("_metadata.file_path").alias("_path"))
+        .select(*[F.col(c).alias(f"_old_{c}") for c in identity])
         .distinct()
         .withColumn("_old", F.lit(True))
     )
+    same = F.lit(True)
+    for c in identity:  # NULL-safe: synthetic deletes have no source position
+        same = same & F.col(c).eqNullSafe(F.col(f"_old_{c}"))
     every = (
-        table.withColumn("_path", F.col("_metadata.file_path"))
-        .join(F.broadcast(before), "_path", "left")
+        table.join(before, same, "left")
         .withColumn("_new", F.col("_old").isNull())
-        .drop("_path", "_old")
+        .drop("_old", *[f"_old_{c}" for c in identity])
     )
     if batch_rows is not None:
         every = every.unionByName(

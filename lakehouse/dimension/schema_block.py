@@ -72,6 +72,7 @@ from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_
 from lakehouse.dimension.plan import plan_target, summarise
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
+from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -258,6 +259,7 @@ def resolve(
         if plan.rows is not None and plan.count:
             version = _append_replay(uri, plan, target_block, reason)
             replayed = plan.count
+            failpoint("schema_resolve.after_replay")
     elif not accept_loss:
         raise ConfigError(
             f"build table '{uri}': without --dead-letter-table the {blocked_total(uri)} records "

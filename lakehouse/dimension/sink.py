@@ -581,13 +581,24 @@ class BuildSink:
         not re-read, append."""
         target = plan.target
         uri = target.table_uri
-        if commit.create is not None:
+        if commit.finishes_create and commit.create:
+            log.warning(
+                "build table %s: finishing its creation, which a crash interrupted (its "
+                "properties were not set)",
+                uri,
+            )
+            delta.set_properties(
+                uri, commit.create, metadata={delta.META_REASON: "creation finished"}
+            )
+        elif commit.create is not None:
             schema = rows.schema if rows is not None else lineage_schema()
             delta.create_table(uri, schema, properties=commit.create)
+            failpoint("ingest.after_create", batch_id)
         if commit.learn_key is not None:
             delta.set_properties(uri, {L.PROP_PRIMARY_KEY: commit.learn_key})
         if commit.start_resnapshot:
             start_resnapshot(uri, batch_id=batch_id, join=target.snapshot.resnapshot_join)
+            failpoint("ingest.after_resnapshot_start", batch_id)
             log.warning(
                 "build table %s: snapshot rows arrived after the marker; re-snapshot "
                 "started, joins read version %s until it completes",
@@ -597,6 +608,7 @@ class BuildSink:
         block = commit.block
         if commit.record_block and block is not None:
             block = set_block(uri, block)
+            failpoint("ingest.after_block", batch_id)
             log.error("build table %s: %s", uri, block.describe())
         to_write = rows if rows is not None else empty_like(uri)
         metadata = dict(commit.metadata)

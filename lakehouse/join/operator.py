@@ -180,6 +180,7 @@ class TemporalJoin:
             # the pending table exists from the first batch on, so that it can be queried
             # (and validated) whether or not a row ever had to wait
             delta.create_table(self.options.pending_table, self.pending_schema(), spark=spark)
+            failpoint("join.after_create_pending", batch_id)
             look = self._look(spark, batch_id)
         if self.options.pending_table in look.recovery.recorded_in:
             return JoinBatchReport(batch_id=batch_id, skipped=True, seconds=_since(started))
@@ -460,7 +461,6 @@ class TemporalJoin:
                 metadata={**self._metadata(plan, after), **accounting},
                 snap=look.pending,
             )
-        failpoint("join.after_pending", plan.batch_id)
         return JoinBatchReport(
             batch_id=plan.batch_id,
             arrived=arrived,
@@ -635,6 +635,7 @@ class TemporalJoin:
             snap=look.dead,
             known_rows=True,
         )
+        failpoint("join.after_dead_letters", plan.batch_id)
 
 
 def last_state(

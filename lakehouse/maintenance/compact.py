@@ -50,6 +50,7 @@ from lakehouse.delta.maintenance import delete_rows
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import last_max_event_time, last_watermark
 from lakehouse.errors import ConfigError, SchemaMismatchError
+from lakehouse.failpoints import failpoint
 from lakehouse.join import layout as J
 from lakehouse.time import WATERMARK_MIN, Watermark
 
@@ -269,6 +270,7 @@ def compact(
         victims = plan.filter(F.col("_drop").isNotNull()).select(*identity)
         if before_commit is not None:
             before_commit()
+        failpoint("compact.before_commit")
         step("committing")
         written = delete_rows(
             victims,

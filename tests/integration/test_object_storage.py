@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,28 +28,11 @@ from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
 from lakehouse.testing import DebeziumTable
-from lakehouse.testing.s3 import S3Server, s3_server
+from lakehouse.testing.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory, spark) -> Iterator[S3Server]:
-    """moto's S3 server; the test session's Spark reaches it (endpoint and credentials set on
-    its Hadoop configuration at run time, never in a file)."""
-    with s3_server(tmp_path_factory.mktemp("s3")) as server:
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        for key, value in server.spark_conf().items():
-            hadoop.set(key.removeprefix("spark.hadoop."), value)
-        hadoop.set("fs.s3a.access.key", server.access_key)
-        hadoop.set("fs.s3a.secret.key", server.secret_key)
-        try:
-            yield server
-        finally:
-            for key in ("fs.s3a.access.key", "fs.s3a.secret.key"):
-                hadoop.unset(key)
 
 
 def _lakehouse(s3: S3Server, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

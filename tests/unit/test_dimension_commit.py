@@ -39,7 +39,8 @@ def _plan(**kw) -> TargetPlan:
 
 
 def _look(**kw) -> TargetLook:
-    base = dict(exists=True, version=5, properties={L.PROP_PRIMARY_KEY: "currency"})
+    props = {L.PROP_PRIMARY_KEY: "currency", L.PROP_SNAPSHOT_COMPLETE: "false"}
+    base = dict(exists=True, version=5, properties=props)
     return TargetLook(**{**base, "replay": False, **kw})
 
 
@@ -76,11 +77,29 @@ def test_a_new_table_is_created_with_its_key_and_loading_marker_and_learns_nothi
 
 
 def test_a_table_a_signal_created_learns_its_key_from_its_first_rows_but_not_on_replay():
-    keyless = _look(properties={})
+    # created with the loading marker and no key (the batch that created it had no rows)
+    keyless = _look(properties={L.PROP_PRIMARY_KEY: "", L.PROP_SNAPSHOT_COMPLETE: "false"})
     assert _commit(keyless).learn_key == "currency"
     assert _commit(replace(keyless, replay=True)).learn_key is None
     assert _commit(_look()).learn_key is None  # it has one
     assert _commit(keyless, _plan(key_columns=())).learn_key is None  # none to learn
+
+
+def test_a_creation_a_crash_cut_before_its_properties_is_finished_without_touching_the_rest():
+    # the empty commit of the creation is there, its properties commit is not (a kill between
+    # the two): the next batch sets the creation's properties, and only those it lacks
+    cut = _look(version=0, properties={"delta.enableChangeDataFeed": "false"})
+    commit = _commit(cut)
+    assert commit.finishes_create and commit.create is not None
+    assert commit.create == _commit(NO_TABLE).create
+    assert commit.learn_key is None  # the creation's properties carry the key
+    assert not commit.changes_nothing
+    # on replay as well: the batch that was killed comes again
+    assert _commit(replace(cut, replay=True)).create == commit.create
+    # a finished table is left alone, whatever it holds
+    done = _look(properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_PRIMARY_KEY: "id"})
+    assert _commit(done).create is None and not _commit(done).finishes_create
+    assert not _commit(NO_TABLE).finishes_create
 
 
 def test_the_watermark_trails_the_largest_committed_time_by_the_out_of_orderness():
@@ -136,7 +155,11 @@ def test_an_incompatible_record_starts_a_block_recorded_before_the_data_commit()
     retry = _look(
         max_event_time_ms=5_000,
         watermark_ms=3_999,
-        properties={L.PROP_PRIMARY_KEY: "currency", L.PROP_SCHEMA_BLOCK: block.to_json()},
+        properties={
+            L.PROP_PRIMARY_KEY: "currency",
+            L.PROP_SNAPSHOT_COMPLETE: "false",
+            L.PROP_SCHEMA_BLOCK: block.to_json(),
+        },
     )
     again = _commit(retry, _plan(evidence=_EVIDENCE, blocked_count=3), now_iso="later")
     assert again.block == block and again.starts_block and not again.record_block
@@ -178,7 +201,9 @@ def test_an_open_block_holds_the_watermark_and_counts_every_blocked_record():
 
 
 def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
-    resnapshot = _look(properties={L.PROP_SNAPSHOT_STATE: "resnapshot"})
+    resnapshot = _look(
+        properties={L.PROP_SNAPSHOT_STATE: "resnapshot", L.PROP_SNAPSHOT_COMPLETE: "false"}
+    )
     fires = Decision(state=SignalState(), fire=FIRED)
     assert _commit(resnapshot, decision=fires).ghost_deletes
     # not before the signal, not for a filtered re-snapshot, not on replay

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "time": {"errors"},
     "cdc": {"errors", "time"},
     "errors": set(),
-    "delta": {"errors", "spark"},
+    "delta": {"errors", "failpoints", "spark"},
     "sources": {"errors", "delta", "spark"},
     "dimension": {
         "cdc",
@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "join": {"dead_letter", "delta", "dimension", "errors", "failpoints", "storage", "time"},
     "quality": {"delta", "dimension", "errors", "join", "time", "spark"},
-    "maintenance": {"delta", "dimension", "errors", "join", "time"},
+    "maintenance": {"delta", "dimension", "errors", "failpoints", "join", "time"},
 }
 
 #: The modules that decide (plain values in, a plan out): importing them starts no Spark.
