@@ -26,8 +26,9 @@ WATERMARK: Final = "_watermark"
 RELEASED_AT: Final = "_released_at"
 JOIN_MODE: Final = "_join_mode"
 BATCH_ID: Final = "_batch_id"
-#: What released the row: ``watermark``, ``processing_time``, ``end_of_input`` or ``expiry``
-#: (:func:`lakehouse.join.release.released_by`). NULL in rows written before it existed.
+#: What released the row: ``watermark``, ``processing_time``, ``end_of_input``, ``expiry``
+#: or ``late`` (:func:`lakehouse.join.release.released_by`). NULL in rows written before it
+#: existed.
 RELEASED_BY: Final = "_released_by"
 
 # Columns of pending rows, kept in the output too.

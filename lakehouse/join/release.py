@@ -3,8 +3,9 @@
 The candidates of a batch are the pending rows plus the new ones. :func:`stage` marks each
 with the plan's verdict, in this order of precedence:
 
-* ``_late``: a new row at or below the previous watermark, under ``late_policy =
-  dead-letter``;
+* ``_arrived_late``: a new row at or below the previous watermark (event time): the
+  watermark had passed its time when it arrived;
+* ``_late``: such a row under ``late_policy = dead-letter``;
 * ``_release``: the watermark covers it (``ReleasePlan.releasing``: the end-of-input
   watermark in a run that ends its input, else the combined one): every row when it is
   processing time, ``time <= watermark`` when it is event time; nothing while there is no
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 IS_NEW = "_is_new"
+ARRIVED_LATE = "_arrived_late"
 LATE = "_late"
 EXPIRED = "_expired"
 RELEASE = "_release"
@@ -45,7 +47,10 @@ BY_WATERMARK = "watermark"
 BY_PROCESSING_TIME = "processing_time"
 BY_END_OF_INPUT = "end_of_input"
 BY_EXPIRY = "expiry"
-STAGING = (IS_NEW, LATE, EXPIRED, RELEASE, EVICT)
+#: A row the watermark had passed when it arrived, joined all the same (``late_policy =
+#: join``); the word of its dead letter under ``late_policy = dead-letter`` too.
+BY_LATE = J.LATE
+STAGING = (IS_NEW, ARRIVED_LATE, LATE, EXPIRED, RELEASE, EVICT)
 
 
 def covers(watermark: Watermark, t_ms: Column) -> Column:
@@ -59,13 +64,24 @@ def covers(watermark: Watermark, t_ms: Column) -> Column:
     return t_ms.isNotNull() & (t_ms <= F.lit(watermark.timestamp))
 
 
+def arrived_late(plan: ReleasePlan) -> Column:
+    """Whether a candidate row is new and the watermark before this batch had passed its
+    time already (``time <= previous watermark``, event time only: under processing time
+    nothing is late)."""
+    from pyspark.sql import functions as F
+
+    previous = plan.previous
+    if previous.use_processing_time or previous.timestamp == WATERMARK_MIN:
+        return F.lit(False)
+    return F.col(IS_NEW) & (F.col(J.TIME_MS) <= F.lit(previous.timestamp))
+
+
 def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> DataFrame:
     """Add the plan's verdicts (module docstring), all but ``_evict``."""
     from pyspark.sql import functions as F
 
-    late = F.lit(False)
-    if late_rule_applies(options, plan):
-        late = F.col(IS_NEW) & (F.col(J.TIME_MS) <= F.lit(plan.previous.timestamp))
+    candidates = candidates.withColumn(ARRIVED_LATE, arrived_late(plan))
+    late = F.col(ARRIVED_LATE) if late_rule_applies(options, plan) else F.lit(False)
     expired = F.lit(False)
     if options.pending_ttl_ms is not None:
         horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - options.pending_ttl_ms))
@@ -82,8 +98,10 @@ def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> Dat
 
 def released_by(plan: ReleasePlan) -> Column:
     """``_released_by`` of a staged row that leaves by release or expiry: ``expiry`` (its
-    TTL ran out first), ``processing_time``, ``watermark`` (the combined event-time
-    watermark covers it) or ``end_of_input`` (only the end of the probe input does)."""
+    TTL ran out first), ``late`` (the watermark had passed its time when it arrived: joined
+    as of its time all the same, under ``late_policy = join``), ``processing_time``,
+    ``watermark`` (the combined event-time watermark covers it) or ``end_of_input`` (only
+    the end of the probe input does)."""
     from pyspark.sql import functions as F
 
     by_watermark = F.lit(BY_PROCESSING_TIME if plan.combined.use_processing_time else BY_WATERMARK)
@@ -91,7 +109,11 @@ def released_by(plan: ReleasePlan) -> Column:
         by_watermark = F.when(covers(plan.combined, F.col(J.TIME_MS)), by_watermark).otherwise(
             F.lit(BY_END_OF_INPUT)
         )
-    return F.when(F.col(EXPIRED), F.lit(BY_EXPIRY)).otherwise(by_watermark)
+    return (
+        F.when(F.col(EXPIRED), F.lit(BY_EXPIRY))
+        .when(F.col(ARRIVED_LATE), F.lit(BY_LATE))
+        .otherwise(by_watermark)
+    )
 
 
 def age_ms(plan: ReleasePlan) -> Column | None:

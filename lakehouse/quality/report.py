@@ -510,7 +510,10 @@ class _Checks:
         outcomes = self._run(
             "output_matched", "output", output, index_columns=[*self.row_ids, *reason]
         )
-        return _matched_result(self.suites["output_matched"].path, outcomes)
+        late = 0
+        if J.RELEASED_BY in self.output.columns:
+            late = self.output.filter(F.col(J.RELEASED_BY) == F.lit(J.LATE)).count()
+        return _matched_result(self.suites["output_matched"].path, outcomes, late=late)
 
     def proctime_build_version(self) -> CheckResult:
         """Processing-time rows joined at or after the snapshot-complete version."""
@@ -943,7 +946,11 @@ def _accounted_result(
     )
 
 
-def _matched_result(suite: Path, outcomes: Sequence[ExpectationOutcome]) -> CheckResult:
+def _matched_result(
+    suite: Path, outcomes: Sequence[ExpectationOutcome], *, late: int = 0
+) -> CheckResult:
+    """``late``: output rows released late (``_released_by = 'late'``): the watermark had
+    passed their time when they arrived; they count, and the finding says how many."""
     (in_set,) = outcomes
     rows = _count(in_set, "element_count")
     unmatched = _count(in_set, "unexpected_count")
@@ -952,12 +959,17 @@ def _matched_result(suite: Path, outcomes: Sequence[ExpectationOutcome]) -> Chec
         if unmatched
         else f"all {rows} output rows matched"
     )
+    if late:
+        message += (
+            f"; {late} released late (_released_by = 'late': the watermark had passed their "
+            "time when they arrived)"
+        )
     return _result(
         "output_matched",
         suite,
         outcomes,
         message=message,
-        observed={"rows": rows, "unmatched": unmatched},
+        observed={"rows": rows, "unmatched": unmatched, "late": late},
     )
 
 

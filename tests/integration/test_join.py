@@ -126,10 +126,21 @@ def test_a_run_that_ends_its_input_leaves_nothing_pending_and_equals_the_referen
         if delta.table_exists(opts.output_table)
         else {}
     )
-    assert by == {
-        i: "watermark" if next(p.time for p in sent if p.id == i) <= final_wm else "end_of_input"
-        for i, _ in expected
-    }
+    # a row at or below the watermark the batches before its own had made arrived late
+    late, seen = set(), None
+    for lo, hi in itertools.pairwise(bounds):
+        batch = [p for p in probes[lo:hi] if p.key is not None]
+        if seen is not None:
+            late |= {p.id for p in batch if p.time <= min(seen - ooo - 1, 10**12)}
+        seen = max([p.time for p in batch] + ([seen] if seen is not None else []), default=None)
+
+    def released_by(i: int) -> str:
+        if i in late:
+            return "late"
+        t = next(p.time for p in sent if p.id == i)
+        return "watermark" if t <= final_wm else "end_of_input"
+
+    assert by == {i: released_by(i) for i, _ in expected}
     if sent and report.plan is not None and report.plan.final is not None:
         # the next run continues from the watermark the batches made, not from the end (a
         # run that never had a row to release committed nothing: no state, nothing to keep)
@@ -271,6 +282,14 @@ def test_late_rows_are_joined_or_dead_lettered_by_policy(spark, tmp_path, policy
     if policy == "join":
         assert report.late == 0
         assert_rows_equal(_output(spark, opts), [(1, 10), (2, 10)])  # 2 joined as of 20
+        # ... and says it was late; the quality report counts it
+        by = {r.id: r._released_by for r in delta.read(spark, opts.output_table).collect()}
+        assert by == {1: "watermark", 2: "late"}
+        from lakehouse.quality import run_quality_report
+
+        quality = run_quality_report(spark, opts, report_dir=tmp_path / "quality")
+        matched = next(c for c in quality.checks if c.name == "output_matched")
+        assert matched.observed["late"] == 1 and "1 released late" in matched.message
     else:
         assert (report.late, report.dead_lettered) == (1, 1)
         assert_rows_equal(_output(spark, opts), [(1, 10)])
