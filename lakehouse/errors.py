@@ -125,3 +125,13 @@ class DataSafetyError(LakehouseError):
     def __init__(self, message: str, *, table_uri: str | None = None) -> None:
         super().__init__(message)
         self.table_uri = table_uri
+
+
+class DamagedStateError(LakehouseError):
+    """Raised when a job's checkpoint or one of its tables holds a file that does not parse (a
+    torn write, a truncated copy, a full disk): the message names the file, what is wrong with
+    it and how to repair it (``lakehouse repair``, see :mod:`lakehouse.recovery`)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

@@ -398,6 +398,8 @@ def _start(
     *,
     command: str,
     tables: list[str],
+    job_tables: list[str],
+    read_tables: list[str],
     take_over: bool,
     on_notice: Callable[[str], None] | None,
     kafka: KafkaConfig | None = None,
@@ -411,7 +413,10 @@ def _start(
     from lakehouse.checkpoint import binding_metadata, check_binding
     from lakehouse.failpoints import failpoint
     from lakehouse.lease import acquire
+    from lakehouse.recovery import check
 
+    # before anything reads them: a file Spark or Delta cannot parse is named in one line
+    check(cfg.checkpoint, job_tables, read_tables, repair=_repair_command(command))
     check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
     lease = acquire(
         tables,
@@ -541,6 +546,8 @@ def start_ingest(
         cfg.pipeline_id,
         command="ingest",
         tables=written_tables(settings, "ingest"),
+        job_tables=damage_checked(settings, "ingest")[0],
+        read_tables=damage_checked(settings, "ingest")[1],
         take_over=take_over,
         on_notice=on_notice,
         kafka=settings.kafka,
@@ -556,6 +563,41 @@ def written_tables(settings: Settings, command: str) -> list[str]:
     if settings.join is None:
         return []
     return [settings.join.output_table, settings.join.pending_table]
+
+
+def _repair_command(command: str) -> str:
+    return f"lakehouse repair {command} -c <this job's configuration>"
+
+
+def check_damage(settings: Settings, command: str) -> None:
+    """Refuse a job whose checkpoint or tables hold a damaged file (:func:`lakehouse.
+    recovery.check`), without Spark: the CLI calls it before Spark starts, and every start of
+    a query (:func:`start_ingest`, :func:`start_join`) again.
+
+    Raises:
+        DamagedStateError: naming the file, what is wrong and the repair.
+    """
+    from lakehouse.recovery import check
+
+    cfg = settings.ingest if command == "ingest" else settings.join
+    if cfg is not None:
+        written, read = damage_checked(settings, command)
+        check(cfg.checkpoint, written, read, repair=_repair_command(command))
+
+
+def damage_checked(settings: Settings, command: str) -> tuple[list[str], list[str]]:
+    """The tables a job's start checks for damage (:mod:`lakehouse.recovery`): those it
+    writes, in the order each batch writes them (its dead-letter table, then the build tables;
+    or the output, then the pending table), and those it only reads."""
+    if command == "ingest":
+        cfg: IngestConfig | JoinConfig | None = settings.ingest
+        read: list[str] = []
+    else:
+        cfg = settings.join
+        read = [settings.join.build_table] if settings.join else []
+    if cfg is None:
+        return [], []
+    return [cfg.dead_letter_table, *written_tables(settings, command)], read
 
 
 def join_options(cfg: JoinConfig) -> Any:
@@ -629,6 +671,8 @@ def start_join(
         cfg.pipeline_id,
         command="join",
         tables=written_tables(settings, "join"),
+        job_tables=damage_checked(settings, "join")[0],
+        read_tables=damage_checked(settings, "join")[1],
         take_over=take_over,
         on_notice=on_notice,
         kafka=settings.kafka,

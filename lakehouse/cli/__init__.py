@@ -17,7 +17,7 @@ flags, calls the library, and prints.
 # isort: off
 from lakehouse.cli import streams  # noqa: F401  ingest, join
 from lakehouse.cli import tables  # noqa: F401  status, sql
-from lakehouse.cli import maintenance  # noqa: F401  compact, vacuum
+from lakehouse.cli import maintenance  # noqa: F401  compact, vacuum, repair
 from lakehouse.cli import snapshot  # noqa: F401  snapshot-status, -complete, schema-resolve
 from lakehouse.cli import reports  # noqa: F401  quality, demo, smoke
 

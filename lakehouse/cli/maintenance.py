@@ -1,4 +1,4 @@
-"""``lakehouse compact`` and ``lakehouse vacuum``: bounded state of the build table."""
+"""``lakehouse compact``, ``vacuum`` and ``repair``: bounded and damaged state."""
 
 from __future__ import annotations
 
@@ -232,3 +232,62 @@ def vacuum_command(
         console.print(f"  ... and {len(result.files) - 50} more")
     if result.dry_run and result.files:
         console.print("dry run: nothing deleted; run again with --apply to delete these files")
+
+
+# ------------------------------------------------------------------- damaged state
+
+
+@app.command("repair")
+def repair_command(
+    job: Annotated[str, typer.Argument(help="ingest or join: whose checkpoint and tables.")],
+    config: ConfigOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run/--apply", help="Show the repair (default), or do it.")
+    ] = True,
+) -> None:
+    """Repair a job's damaged checkpoint or table files; a dry run unless --apply.
+
+    Damaged files are set aside, never deleted; docs/recovery.md says what each repair does.
+    Stop the job first. Needs no Spark."""
+    from lakehouse.config import load_settings
+    from lakehouse.recovery import apply, plan_repair
+    from lakehouse.runner import damage_checked
+
+    if job not in ("ingest", "join"):
+        raise ConfigError(f"repair takes 'ingest' or 'join', got {job!r}", setting="job")
+    settings = load_settings(config)
+    cfg = settings.ingest if job == "ingest" else settings.join
+    if cfg is None:
+        raise ConfigError(f"the configuration has no [{job}] section", setting=job)
+    written, read = damage_checked(settings, job)
+    plan = plan_repair(
+        checkpoint=cfg.checkpoint,
+        pipeline_id=cfg.pipeline_id,
+        tables=written,
+        read_tables=read,
+    )
+    if not plan.damage:
+        console.print(
+            f"{job} {cfg.pipeline_id}: nothing damaged (checkpoint {cfg.checkpoint}, "
+            f"tables {', '.join(dict.fromkeys([*written, *read]))})",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
+    for d in plan.damage:
+        console.print(f"damaged: {d.path}: {d.problem}", markup=False, soft_wrap=True)
+    for step in plan.steps:
+        console.print(("would " if dry_run else "") + step.describe(), markup=False, soft_wrap=True)
+    if plan.unrepairable:
+        apply(plan)  # raises: one line naming what is not repaired and how to do it by hand
+    if dry_run:
+        console.print(
+            "dry run: nothing changed; run again with --apply to repair",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
+    apply(plan)
+    console.print(
+        f"repaired: {len(plan.steps)} step(s); start the {job} again to continue", markup=False
+    )

@@ -65,7 +65,7 @@ def ingest(
     """Ingest a Debezium CDC stream into versioned Delta build tables."""
     from lakehouse.config import load_settings
     from lakehouse.progress import Progress
-    from lakehouse.runner import start_ingest
+    from lakehouse.runner import check_damage, start_ingest
 
     ingest_flags = flag_overrides(
         source=source,
@@ -98,6 +98,7 @@ def ingest(
     )
     require_source(settings, "ingest")
     refuse_if_written(settings, "ingest", take_over)
+    check_damage(settings, "ingest")  # before Spark starts
     spark = spark_for(settings)
     progress = Progress(err_console)
     query = start_ingest(
@@ -210,7 +211,7 @@ def join(
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
     from lakehouse.progress import Progress
-    from lakehouse.runner import start_join
+    from lakehouse.runner import check_damage, start_join
 
     flags = flag_overrides(
         source=source,
@@ -257,6 +258,7 @@ def join(
     require_source(settings, "join")
     require_build_table(settings.join.build_table, wait=wait_for_build)
     refuse_if_written(settings, "join", take_over)
+    check_damage(settings, "join")  # before Spark starts
     spark = spark_for(settings)
     progress = Progress(err_console)
     plans: list[Any] = []
