@@ -26,14 +26,14 @@ ENV: Final = "LAKEHOUSE_FAILPOINTS"
 
 #: Every failpoint, in the order a process meets them, and what storage holds when it dies there.
 POINTS: Final[dict[str, str]] = {
-    # a micro-batch of either job (lakehouse.runner)
-    "ingest.batch_start": "Spark wrote the batch's offsets; no table has it",
-    "join.batch_start": "Spark wrote the batch's offsets; no table has it",
+    # a micro-batch of either job (lakehouse.runner, the same code for both)
+    "batch.start": "Spark wrote the batch's offsets; no table has it",
     # a table's creation (lakehouse.delta.create_table), when the location already holds files
     "create.before_properties": "the empty table committed, its properties not yet",
     # the ingest's batch (lakehouse.dimension.sink), in write order
     "ingest.after_dead_letters": "the batch's dead letters committed, no build-table write",
     "ingest.after_create": "the build table created, the batch's data not yet",
+    "ingest.after_connect_schemas": "the records' new Connect schema recorded, data not yet",
     "ingest.after_resnapshot_start": "a re-snapshot started (marker cleared), its data not yet",
     "ingest.after_block": "a schema block recorded, the batch's data not yet",
     "widen.before_data": "columns widened (the table rewritten), the batch's data not yet",
@@ -42,7 +42,6 @@ POINTS: Final[dict[str, str]] = {
     # the join's batch (lakehouse.join.operator), in write order
     "join.after_create_pending": "the pending table created, nothing of the batch written",
     "join.after_dead_letters": "the batch's dead letters committed, no output",
-    "join.before_output": "decided, nothing of the batch written but its dead letters",
     "join.after_output": "the output committed, the pending table not yet",
     # after a handler returned, before Spark commits the batch to its checkpoint
     "ingest.batch_end": "every table has the batch, Spark's commit log not yet",

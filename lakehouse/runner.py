@@ -434,7 +434,7 @@ def _start(
     identity: dict[str, str] = {}
 
     def fenced(df: DataFrame, batch_id: int) -> None:
-        failpoint(f"{command}.batch_start", batch_id)
+        failpoint("batch.start", batch_id)
         lease.check()  # a job that lost its lease stops before writing anything
         if not identity:  # Spark has written the checkpoint's id by the first batch
             identity.update(binding_metadata(cfg.checkpoint))

@@ -59,6 +59,22 @@ def assert_table_at_version(
     assert_rows_equal(df.collect(), rows)
 
 
+def data_commit_of_batch(uri: str, batch_id: int) -> int:
+    """The version of the data commit (``WRITE``) batch ``batch_id`` made in a table: a table
+    created where files already are (a writer's lease, recorded Connect schemas) takes two
+    commits to create, so version numbers alone do not say which commit holds the data."""
+    from lakehouse import delta
+    from lakehouse.dimension import layout as L
+
+    versions = [
+        c.version
+        for c in delta.history(uri)
+        if c.operation == "WRITE" and c.metadata.get(L.META_BATCH_ID) == str(batch_id)
+    ]
+    assert len(versions) == 1, f"batch {batch_id} made {len(versions)} data commits in {uri}"
+    return versions[0]
+
+
 def write_build_table(
     spark: Any,
     uri: str,

@@ -1,5 +1,5 @@
 """The pipelines of the crash and recovery tests: their inputs, configurations and the
-comparison of their tables (tests/integration/test_crash_matrix.py, test_recovery.py).
+comparison of their tables (tests/integration/test_crash_matrix.py, test_recovery_commands.py).
 
 An ingest of a Debezium change log that goes through every kind of batch the build sink has
 (the table's creation, dead letters, the marker, a widening, a re-snapshot, a schema block),
@@ -101,8 +101,14 @@ def cdc_batches() -> list[list[str]]:
     ]
 
 
+#: An order of the last file whose time the watermark passed two files earlier: a row-time
+#: join releases it at once, as ``_released_by = 'late'``.
+LATE_ORDER = 99
+
+
 def probe_batches() -> list[list[str]]:
-    """The join's input: three files of six orders and one bad line each."""
+    """The join's input: three files of six orders and one bad line each, and in the last
+    one a late order (:data:`LATE_ORDER`)."""
     out = []
     for batch in range(3):
         rows: list[str] = [
@@ -115,6 +121,9 @@ def probe_batches() -> list[list[str]]:
             )
             for i in range(6)
         ]
+        if batch == 2:
+            late = {"order_id": LATE_ORDER, "currency": "EUR", "order_ts": 1_000}
+            rows.append(json.dumps(late))
         out.append([*rows, "{ bad"])
     return out
 
@@ -201,6 +210,7 @@ class Step:
     argv: Callable[[Run], list[str]]
     finish: Callable[[Any, Run], None]
     before: Callable[[], None] | None = None  # e.g. the input that arrives before it
+    env: dict[str, str] = field(default_factory=dict)  # for the killed runs of the step
 
 
 def stream(start: Callable[..., Any]) -> Callable[[Any, Run], None]:
@@ -242,7 +252,19 @@ SAME_PROPERTIES = (
     L.PROP_SNAPSHOT_STATE,
     L.PROP_SNAPSHOT_SIGNAL,
     L.PROP_SCHEMA_BLOCK,
+    L.PROP_CONNECT_SCHEMAS,
 )
+
+
+def same_properties(props: dict[str, str]) -> dict[str, Any]:
+    """The :data:`SAME_PROPERTIES` of a build table, as two runs over the same input must have
+    them: of an open schema block, what it blocks on (not where, when, nor which table)."""
+    out: dict[str, Any] = {k: props.get(k) for k in SAME_PROPERTIES}
+    if out.get(L.PROP_SCHEMA_BLOCK):
+        block = json.loads(out[L.PROP_SCHEMA_BLOCK])
+        same = ("column", "table_type", "record_type", "batch_id", "pipeline", "watermark_ms")
+        out[L.PROP_SCHEMA_BLOCK] = {k: block.get(k) for k in same}
+    return out
 
 
 def output_rows(spark: Any, uri: str) -> list[Any]:

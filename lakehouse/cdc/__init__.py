@@ -9,6 +9,7 @@ Example:
     (True, '{"id":1,"price":9.99}')
 """
 
+from lakehouse.cdc._parse import parse_schema as parse_schema
 from lakehouse.cdc.decode import DECODE_ERROR_KINDS as DECODE_ERROR_KINDS
 from lakehouse.cdc.decode import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from lakehouse.cdc.decode import ChangeEvent as ChangeEvent
@@ -20,6 +21,7 @@ from lakehouse.cdc.decode import Tombstone as Tombstone
 from lakehouse.cdc.decode import TransactionMarker as TransactionMarker
 from lakehouse.cdc.decode import decode_message as decode_message
 from lakehouse.cdc.models import SnapshotPhase as SnapshotPhase
+from lakehouse.cdc.schema import SchemaHandle as SchemaHandle
 from lakehouse.cdc.seq import format_seq as format_seq
 from lakehouse.cdc.serialize import row_to_json as row_to_json
 from lakehouse.cdc.serialize import to_json_compatible as to_json_compatible
@@ -31,12 +33,14 @@ __all__ = [
     "Decoded",
     "Op",
     "SchemaChange",
+    "SchemaHandle",
     "SnapshotPhase",
     "TableChange",
     "Tombstone",
     "TransactionMarker",
     "decode_message",
     "format_seq",
+    "parse_schema",
     "row_to_json",
     "to_json_compatible",
 ]

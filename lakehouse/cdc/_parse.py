@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from lakehouse.cdc.schema import SchemaHandle
 from lakehouse.errors import CdcDecodeError
 
-__all__ = ["SchemaCache", "parse_message", "to_text"]
+__all__ = ["SchemaCache", "parse_message", "parse_schema", "to_text"]
 
 
 class _NonFiniteLiteral(ValueError):
@@ -243,3 +243,17 @@ def _parse_wrapped(
     if _TAIL.match(text, end) is None:
         return None
     return True, handle, payload
+
+
+def parse_schema(text: str) -> SchemaHandle:
+    """A Connect schema kept as text (:attr:`SchemaHandle.text`), parsed as a message's is
+    (numbers exact).
+
+    Raises:
+        CdcDecodeError: ``malformed_json`` or ``invalid_envelope``.
+    """
+    try:
+        schema = _DECODER.decode(text)
+    except (ValueError, ArithmeticError) as e:
+        raise _malformed(e, "schema") from None
+    return SchemaHandle(schema)

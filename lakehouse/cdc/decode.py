@@ -50,7 +50,8 @@ Decisions (documented contract):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from pydantic import ValidationError
@@ -133,6 +134,10 @@ class ChangeEvent:
             as :attr:`TransactionMarker.tx_id`), else PostgreSQL/Oracle ``source.txId``, else
             MySQL ``source.gtid``; ``None`` when unknown.
         ts_ms: the envelope ``ts_ms``: when the connector processed the change.
+        schema: the Connect schema the row was decoded with: the record's own, or (a record
+            without one, in a stream whose table has one) the schema the caller gave for its
+            table; ``None`` when the row was decoded without a schema.
+        schema_given: ``schema`` came from the caller, not from the record.
     """
 
     op: Op
@@ -149,6 +154,8 @@ class ChangeEvent:
     connector: str | None
     tx_id: str | None
     ts_ms: int | None = None
+    schema: SchemaHandle | None = field(default=None, compare=False, repr=False)
+    schema_given: bool = False
 
     @property
     def source_table(self) -> str | None:
@@ -294,10 +301,29 @@ def _decode_key(
         return None, ()
 
 
+def _payload_table(payload: dict[str, Any]) -> str | None:
+    """The source table a payload names (:attr:`ChangeEvent.source_table`), read without
+    validating the envelope; None when it names none."""
+    source = payload.get("source")
+    if type(source) is not dict:
+        return None
+    table = source.get("table")
+    if type(table) is not str:
+        table = source.get("collection")
+        if type(table) is not str:
+            return None
+    for prefix in (source.get("schema"), source.get("db")):
+        if type(prefix) is str:
+            return f"{prefix}.{table}"
+    return table
+
+
 def _change_event(
     payload: dict[str, Any],
     handle: SchemaHandle | None,
     key: tuple[dict[str, Any] | None, tuple[str, ...]],
+    *,
+    given: bool = False,
 ) -> ChangeEvent:
     op = payload["op"]
     if type(op) is not str:
@@ -333,7 +359,16 @@ def _change_event(
     if image is not None:
         plan = handle.plan(field) if handle is not None else None
         if plan is not None:
-            row, columns = plan.decode_row(image)
+            try:
+                row, columns = plan.decode_row(image)
+            except CdcDecodeError as e:
+                if not given:
+                    raise
+                raise CdcDecodeError(
+                    f"{e} (the record has no schema of its own; it was read with the schema "
+                    "of its table's last records that had one)",
+                    kind=e.kind,
+                ) from None
         else:
             row, columns = infer_row(image)
         check_columns(columns)
@@ -367,6 +402,8 @@ def _change_event(
         connector=source.connector,
         tx_id=tx_id,
         ts_ms=env.ts_ms,
+        schema=handle,
+        schema_given=given and handle is not None,
     )
 
 
@@ -418,7 +455,13 @@ def _schema_change(payload: dict[str, Any]) -> SchemaChange:
     )
 
 
-def _decode(value: Any, key: Any, max_bytes: int, cache: SchemaCache) -> Decoded:
+def _decode(
+    value: Any,
+    key: Any,
+    max_bytes: int,
+    cache: SchemaCache,
+    schemas: Mapping[str, SchemaHandle] | None = None,
+) -> Decoded:
     if value is None:
         return Tombstone(*_decode_key(key, max_bytes, cache))
     text = to_text(value, max_bytes, "value")
@@ -433,7 +476,12 @@ def _decode(value: Any, key: Any, max_bytes: int, cache: SchemaCache) -> Decoded
             kind="not_an_object",
         )
     if "op" in payload:
-        return _change_event(payload, handle, _decode_key(key, max_bytes, cache))
+        given = False
+        if handle is None and schemas:
+            table = _payload_table(payload)
+            if table is not None and table in schemas:
+                handle, given = schemas[table], True
+        return _change_event(payload, handle, _decode_key(key, max_bytes, cache), given=given)
     if "status" in payload and "id" in payload:
         return _transaction_marker(payload)
     if "ddl" in payload or "tableChanges" in payload:
@@ -451,6 +499,7 @@ def decode_message(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     cache: SchemaCache | None = None,
+    schemas: Mapping[str, SchemaHandle] | None = None,
 ) -> Decoded:
     """Decode one Kafka record of a Debezium topic (``JsonConverter``, with or without
     ``schemas.enable``).
@@ -464,6 +513,11 @@ def decode_message(
         key: the record key, decoded into :attr:`ChangeEvent.key` on a best-effort basis.
         max_bytes: largest value accepted (``len`` of bytes, or characters of a str).
         cache: schema cache to use; the default is one per process.
+        schemas: Connect envelope schemas by source table (``schema.table``, ``db.table``):
+            a change event without a schema of its own (a producer or SMT that dropped it in
+            a stream that has one) is decoded with its table's, as if it had carried it. A
+            value that does not fit it raises ``invalid_value`` saying so; fields it lacks
+            are typed from their values, as without a schema.
 
     Returns:
         A :class:`ChangeEvent`, :class:`Tombstone`, :class:`TransactionMarker` or
@@ -493,7 +547,7 @@ def decode_message(
         Tombstone(key={'id': 7}, key_columns=('id',))
     """
     try:
-        return _decode(value, key, max_bytes, DEFAULT_CACHE if cache is None else cache)
+        return _decode(value, key, max_bytes, DEFAULT_CACHE if cache is None else cache, schemas)
     except CdcDecodeError:
         raise
     except RecursionError:

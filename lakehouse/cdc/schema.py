@@ -502,7 +502,7 @@ class SchemaHandle:
     may both compile a plan, with the same result.
     """
 
-    __slots__ = ("_plans", "schema")
+    __slots__ = ("_plans", "_text", "raw", "schema")
 
     def __init__(self, schema: Any) -> None:
         """Validate ``schema``.
@@ -511,7 +511,21 @@ class SchemaHandle:
             CdcDecodeError: ``invalid_envelope`` when it is not a valid Connect schema.
         """
         self.schema = _validate(schema)
+        #: the schema as it came (a dict parsed from the message), kept to write it down
+        self.raw = schema
+        self._text: str | None = None
         self._plans: dict[str | None, StructPlan | None] = {}
+
+    @property
+    def text(self) -> str:
+        """The schema as compact JSON, numbers exact (:func:`dumps_json`): the same schema
+        from the same converter has the same text."""
+        if self._text is None:
+            raw = self.raw
+            if not isinstance(raw, dict):
+                raw = self.schema.model_dump(by_alias=True, exclude_none=True)
+            self._text = dumps_json(raw)
+        return self._text
 
     def plan(self, field: str | None = None) -> StructPlan | None:
         """Plan for the root struct (``field=None``, as for a key) or for the struct-typed root

@@ -124,6 +124,9 @@ class CommitPlan:
             creation was cut by a crash between the empty commit and the properties commit,
             see :func:`lakehouse.delta.create_table`); None: nothing to create.
         finishes_create: the table exists and ``create`` only sets its missing properties.
+        connect_schemas: set ``lakehouse.connect.schemas`` to this before the data commit
+            (the newest Connect schemas changed; a new table gets it with its creation);
+            None: unchanged.
         learn_key: set ``lakehouse.primaryKey`` to this (a table a signal created before its
             first row); None: nothing to set.
         start_resnapshot: clear the marker before the data commit (a re-snapshot starts).
@@ -157,6 +160,7 @@ class CommitPlan:
     metadata: Mapping[str, Any]
     changes_nothing: bool = False
     finishes_create: bool = False
+    connect_schemas: str | None = None
 
 
 def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
@@ -183,8 +187,11 @@ def plan_commit(
     pipeline_id: str,
     end_offsets: Mapping[str, Mapping[str, int]],
     now_iso: str,
+    connect_schemas: str | None = None,
 ) -> CommitPlan:
     """Decide one table's commit of batch ``batch_id`` (see :class:`CommitPlan`).
+    ``connect_schemas``: the new value of ``lakehouse.connect.schemas``, when the batch
+    changes it (:func:`lakehouse.dimension.connect_schemas.decide`).
 
     Reads only the plain fields of ``plan`` (key columns, schema evidence, the active block,
     counts, schema changes), never its DataFrames. A replay (``look.replay``) decides the
@@ -202,6 +209,9 @@ def plan_commit(
         L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
         L.PROP_TABLE_KIND: "build",
     }
+    if connect_schemas is not None and not look.exists:
+        creation[L.PROP_CONNECT_SCHEMAS] = connect_schemas
+        connect_schemas = None  # set with the creation
     create = None
     if not look.exists:
         create = props = creation
@@ -256,6 +266,7 @@ def plan_commit(
         look.exists
         and not look.replay
         and create is None
+        and connect_schemas is None
         and rows.count == 0
         and plan.rejected_count == 0
         and not plan.schema_changes
@@ -272,6 +283,7 @@ def plan_commit(
         changes_nothing=changes_nothing,
         create=create,
         finishes_create=look.exists and create is not None,
+        connect_schemas=connect_schemas,
         learn_key=learn_key,
         start_resnapshot=decision.start_resnapshot and not look.replay,
         block=block,

@@ -22,11 +22,20 @@ losing the batch, and the test suite treats any such row as a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from lakehouse.cdc import ChangeEvent, SchemaChange, Tombstone, TransactionMarker, decode_message
+from lakehouse.cdc import (
+    ChangeEvent,
+    SchemaChange,
+    SchemaHandle,
+    Tombstone,
+    TransactionMarker,
+    decode_message,
+    parse_schema,
+)
 from lakehouse.cdc import row_to_json as _row_to_json
 from lakehouse.dimension import layout as L
 from lakehouse.errors import CdcDecodeError
@@ -39,6 +48,7 @@ DECODED_DDL: Final = (
     "_kind string, _error_kind string, _error string, _op string, _source_table string, "
     "_snapshot_phase string, _event_time_ms bigint, _seq string, _row_json string, "
     "_row_columns string, _key_json string, _key_columns string, _schema_change string, "
+    "_connect_schema string, "
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
 )
 
@@ -56,6 +66,7 @@ _OUT_FIELDS: Final = (
     "_key_json",
     "_key_columns",
     "_schema_change",
+    "_connect_schema",
 )
 _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -64,8 +75,19 @@ _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp
 _RESERVED_FOLDED: Final = frozenset(c.casefold() for c in L.LINEAGE_COLUMNS)
 
 
-def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> dict[str, Any]:
+def decode_record(
+    value: bytes | None,
+    key: bytes | None,
+    *,
+    max_bytes: int,
+    schemas: dict[str, SchemaHandle] | None = None,
+) -> dict[str, Any]:
     """Decode one raw record into the decoded columns (without the raw ones).
+
+    ``schemas``: the newest Connect schema per source table so far, in stream order (see
+    :mod:`lakehouse.dimension.connect_schemas`): a change event without a schema is read with
+    its table's, and one with a schema other than its table's moves the table on to it (and
+    writes its text in ``_connect_schema``, so the driver learns it); updated in place.
 
     >>> decode_record(b'{"op": "t", "ts_ms": 5, "source": {"ts_ms": 4}}', None,
     ...               max_bytes=1024)["_op"]
@@ -75,7 +97,7 @@ def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> 
     """
     out: dict[str, Any] = dict.fromkeys(_OUT_FIELDS)
     try:
-        decoded = decode_message(value, key, max_bytes=max_bytes)
+        decoded = decode_message(value, key, max_bytes=max_bytes, schemas=schemas)
     except CdcDecodeError as e:
         out.update(_kind="error", _error_kind=e.kind, _error=str(e))
         return out
@@ -113,6 +135,13 @@ def decode_record(value: bytes | None, key: bytes | None, *, max_bytes: int) -> 
             _key_json=key_json,
             _key_columns=json.dumps(list(decoded.key_columns)),
         )
+        table = decoded.source_table
+        own = decoded.schema if not decoded.schema_given else None
+        if schemas is not None and own is not None and table is not None:
+            known = schemas.get(table)
+            if known is None or (known is not own and known.text != own.text):
+                out["_connect_schema"] = own.text
+            schemas[table] = own
     elif isinstance(decoded, Tombstone):
         out["_kind"] = "tombstone"
     elif isinstance(decoded, TransactionMarker):
@@ -171,16 +200,21 @@ def schema_change_summary(change: SchemaChange) -> dict[str, Any]:
     }
 
 
-def _decode_batches(max_bytes: int) -> Any:
+def _decode_batches(max_bytes: int, schema_texts: Mapping[str, str] | None = None) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        # per Spark partition, in its order: each starts from the table's recorded schemas
+        schemas: dict[str, SchemaHandle] = {}
+        for table, text in (schema_texts or {}).items():
+            with contextlib.suppress(CdcDecodeError):  # kept texts were whole schemas
+                schemas[table] = parse_schema(text)
         for batch in batches:
             values = batch.column("value").to_pylist()
             keys = batch.column("key").to_pylist()
             columns: dict[str, list[Any]] = {name: [] for name in _OUT_FIELDS}
             for value, key in zip(values, keys, strict=True):
-                decoded = decode_record(value, key, max_bytes=max_bytes)
+                decoded = decode_record(value, key, max_bytes=max_bytes, schemas=schemas)
                 for name in _OUT_FIELDS:
                     columns[name].append(decoded[name])
             arrays = [
@@ -193,6 +227,16 @@ def _decode_batches(max_bytes: int) -> Any:
     return run
 
 
-def decode_raw(raw: DataFrame, *, max_record_bytes: int = 16 * 1024 * 1024) -> DataFrame:
-    """Decode raw source records on the executors; one output row per input record."""
-    return raw.select(*_RAW_FIELDS).mapInArrow(_decode_batches(max_record_bytes), DECODED_DDL)
+def decode_raw(
+    raw: DataFrame,
+    *,
+    max_record_bytes: int = 16 * 1024 * 1024,
+    schemas: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Decode raw source records on the executors; one output row per input record.
+
+    ``schemas``: the build tables' recorded Connect schemas by source table (texts), the
+    start of each partition's (see :func:`decode_record`)."""
+    return raw.select(*_RAW_FIELDS).mapInArrow(
+        _decode_batches(max_record_bytes, dict(schemas or {})), DECODED_DDL
+    )

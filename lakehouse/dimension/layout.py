@@ -64,6 +64,9 @@ PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
 PROP_EVENT_TIME: Final = "lakehouse.eventTime"
 PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
 PROP_TABLE_KIND: Final = "lakehouse.tableKind"
+#: The newest Connect schema per source table, by hash (:mod:`lakehouse.dimension.
+#: connect_schemas`): a record without one is read with its table's.
+PROP_CONNECT_SCHEMAS: Final = "lakehouse.connect.schemas"
 #: JSON of the open schema block (:mod:`lakehouse.dimension.schema_block`); empty when none.
 PROP_SCHEMA_BLOCK: Final = "lakehouse.schema.block"
 #: JSON of the last resolved block, with the operator's reason and what the replay did.

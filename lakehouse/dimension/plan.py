@@ -58,6 +58,18 @@ class TargetPlan:
     active_block: SchemaBlock | None = None
     blocked_count: int = 0
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
+    #: the column sets (``_row_columns``) whose records the table refused (a true conflict)
+    refused_columns: frozenset[str] = frozenset()
+
+    def accepts_schemas_of(self, group: Mapping[str, Any]) -> bool:
+        """Whether the records of a summary group go into the table as they are, so that
+        their Connect schema is the table's (:mod:`lakehouse.dimension.connect_schemas`):
+        not refused, and no schema block open or starting."""
+        return (
+            self.active_block is None
+            and self.evidence is None
+            and group.get("_row_columns") not in self.refused_columns
+        )
 
 
 def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -86,6 +98,10 @@ def summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[d
     * per source table, phase and partition, of the change records: count ``n``, largest
       offset ``o``, largest Kafka timestamp ``ts``, largest connector position ``seq`` and
       largest ``source.ts_ms`` ``src_ts`` (the snapshot signals).
+
+    Each summary entry of change records also has ``schema``: the newest Connect schema its
+    records brought, as ``(position, partition, offset, text)``, or None (see
+    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`).
     """
     from pyspark.sql import functions as F
 
@@ -99,6 +115,17 @@ def summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[d
             F.max("offset").alias("o"),
             F.unix_millis(F.max("timestamp")).alias("ts"),
             F.max("_seq").alias("seq"),
+            F.max(
+                F.when(
+                    F.col("_connect_schema").isNotNull(),
+                    F.struct(
+                        F.coalesce(F.col("_seq"), F.lit("")).alias("seq"),
+                        F.col("partition"),
+                        F.col("offset"),
+                        F.col("_connect_schema").alias("text"),
+                    ),
+                )
+            ).alias("schema"),
         )
         .collect()
     )
@@ -108,10 +135,18 @@ def summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[d
     for r in rows:
         key = tuple(r[c] for c in (*shape, *columns))
         entry = summary.setdefault(
-            key, {**dict(zip((*shape, *columns), key, strict=True)), "n": 0, "max_ts": None}
+            key,
+            {
+                **dict(zip((*shape, *columns), key, strict=True)),
+                "n": 0,
+                "max_ts": None,
+                "schema": None,
+            },
         )
         entry["n"] += int(r["n"])
         entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
+        if r["schema"] is not None:
+            entry["schema"] = _max(entry["schema"], tuple(r["schema"]))
         partition = ends.setdefault(r["topic"], {})
         name = str(r["partition"])
         partition[name] = max(partition.get(name, 0), int(r["o"]) + 1)
@@ -411,6 +446,7 @@ def plan_target(
         mismatched + held_count,
         evidence=evidence,
         blocked_count=mismatched + held_count if evidence is not None else 0,
+        refused_columns=frozenset(incompatible),
     )
 
 

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.delta.types import fits as fits
+from lakehouse.dimension import connect_schemas
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_watermark, now_iso
 from lakehouse.dimension.plan import plan_target, summarise
@@ -340,7 +341,10 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     candidates = raw.count()
     fresh = raw.join(held, ["topic", "partition", "offset"], "left_anti")
     applied = candidates - fresh.count()
-    decoded = decode_raw(fresh).persist()
+    # records without a schema of their own are read with the table's newest, as the ingest
+    # reads them
+    schemas = connect_schemas.load(uri, connect_schemas.recorded(props).after)
+    decoded = decode_raw(fresh, schemas=schemas).persist()
     source = props.get(L.PROP_SOURCE_TABLE, "*")
     event_time = props.get(L.PROP_EVENT_TIME, "source.ts_ms")
     target = BuildTarget(

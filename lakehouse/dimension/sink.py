@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
+from lakehouse.dimension import connect_schemas
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.commit import (
     HISTORY_LIMIT,
@@ -222,7 +223,11 @@ class BuildSink:
             is_signal = F.col("topic").isin(*self.signal_topics)
             data, signal_df = df.filter(~is_signal), df.filter(is_signal)
         signals = self._read_signals(signal_df)
-        decoded = decode_raw(data, max_record_bytes=self.max_record_bytes).persist()
+        decoded = decode_raw(
+            data,
+            max_record_bytes=self.max_record_bytes,
+            schemas=self._connect_schemas_at_start(batch_id),
+        ).persist()
         try:
             return self._process_decoded(decoded, signal_df, signals, batch_id, started)
         finally:
@@ -235,6 +240,17 @@ class BuildSink:
             return False
         recorded = delta.transaction_version(target.table_uri, self.pipeline_id)
         return recorded is not None and recorded >= batch_id
+
+    def _connect_schemas_at_start(self, batch_id: int) -> dict[str, str]:
+        """The Connect schemas the batch's records without one are read with, by source
+        table (:mod:`lakehouse.dimension.connect_schemas`)."""
+        texts: dict[str, str] = {}
+        for target in self.targets:
+            uri = target.table_uri
+            if delta.table_exists(uri):
+                start = connect_schemas.recorded(delta.get_properties(uri)).start(batch_id)
+                texts.update(connect_schemas.load(uri, start))
+        return texts
 
     def _sync_resnapshot_join(self, target: BuildTarget) -> None:
         """Apply the configured ``resnapshot_join`` to an existing table (joins read it)."""
@@ -336,7 +352,10 @@ class BuildSink:
             decision = self._decide_signals(
                 plan.target, groups, signals, priors, positions, probe, batch_id
             )
-            reports.append(self._commit_target(plan, decision, batch_id, end_offsets))
+            newest = connect_schemas.newest_in_batch(
+                [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)]
+            )
+            reports.append(self._commit_target(plan, decision, batch_id, end_offsets, newest))
         _log_unrouted_ddl(ddl_events, plans, batch_id)
         routed = sum(r["n"] for p in plans for r in changes if _routes(p.target, r))
         return BatchReport(
@@ -498,14 +517,22 @@ class BuildSink:
         decision: Decision,
         batch_id: int,
         end_offsets: Mapping[str, Mapping[str, int]],
+        newest_schemas: Mapping[str, str],
     ) -> TargetReport:
         """Read the table once, decide its commit (:func:`plan_commit`), write it, then set
-        the marker when the decision fired and the data is committed."""
+        the marker when the decision fired and the data is committed. ``newest_schemas``:
+        the newest Connect schema text per source table the batch's records brought."""
         uri = plan.target.table_uri
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
         # source) exists, and snapshot-status says what it waits for
         look = self._look_at(plan.target, batch_id)
+        # the schema files first (content-addressed: a replay writes none); the property
+        # naming them is part of the commit plan
+        hashes = connect_schemas.store(uri, newest_schemas) if newest_schemas else {}
+        schemas_property = connect_schemas.decide(
+            connect_schemas.recorded(look.properties), batch_id, hashes
+        )
         rows = plan.rows.persist() if plan.rows is not None else None
         try:
             commit = plan_commit(
@@ -517,6 +544,7 @@ class BuildSink:
                 pipeline_id=self.pipeline_id,
                 end_offsets=end_offsets,
                 now_iso=now_iso(),
+                connect_schemas=schemas_property,
             )
             if commit.changes_nothing:
                 unchanged = delta.WriteResult(version=look.version, skipped=False, rows=0)
@@ -596,6 +624,13 @@ class BuildSink:
             failpoint("ingest.after_create", batch_id)
         if commit.learn_key is not None:
             delta.set_properties(uri, {L.PROP_PRIMARY_KEY: commit.learn_key})
+        if commit.connect_schemas is not None:
+            delta.set_properties(
+                uri,
+                {L.PROP_CONNECT_SCHEMAS: commit.connect_schemas},
+                metadata={delta.META_REASON: "the records' Connect schema changed"},
+            )
+            failpoint("ingest.after_connect_schemas", batch_id)
         if commit.start_resnapshot:
             start_resnapshot(uri, batch_id=batch_id, join=target.snapshot.resnapshot_join)
             failpoint("ingest.after_resnapshot_start", batch_id)

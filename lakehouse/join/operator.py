@@ -306,7 +306,6 @@ class TemporalJoin:
             F.sum(F.col(J.MATCHED).cast("int")).alias("m"),
         )
         after = plan.after(pending_rows=0, evicted=0, before=state)
-        failpoint("join.before_output", plan.batch_id)
         delta.append(
             out,
             o.output_table,
@@ -423,7 +422,6 @@ class TemporalJoin:
 
         can_join = plan.build_version is not None
         released_n = matched_n = 0
-        failpoint("join.before_output", plan.batch_id)
         if can_join and done.released:
             joined = self._output(spark, staged, plan, look)
             seen = Observation(f"lakehouse-join-out-{o.pipeline_id}-{plan.batch_id}")

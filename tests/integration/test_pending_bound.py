@@ -206,7 +206,7 @@ def _run_in_process(spark, cfg: Path) -> None:
 @pytest.mark.parametrize(
     "failpoint",
     [
-        "join.before_output@1",  # batch 1's evictions are dead-lettered, its output is not
+        "join.after_dead_letters@1",  # batch 1's evictions are dead-lettered, its output is not
         "join.after_output@1",  # output committed (with the plan), pending not
     ],
 )

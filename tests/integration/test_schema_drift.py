@@ -328,3 +328,65 @@ def test_debezium_schema_change_events_are_recorded_not_dead_lettered(spark, tmp
         pipeline_id="p2",
     ).process(_raw(spark, [(None, ddl), *t.snapshot([{"currency": "GBP", "rate": "1"}])]), 0)
     assert routed.targets[0].schema_changes == 0 and routed.dead_lettered == 0
+
+
+def test_a_record_without_its_schema_is_read_with_its_tables_and_blocks_nothing(spark, tmp_path):
+    """A stream with Connect schemas in which a producer or SMT dropped the wrapper of some
+    records, through the installed ``lakehouse ingest``: those records are read with the
+    schema of their table's last records that had one, exactly (the decimal's scale, the
+    timestamp's unit); one whose value that schema cannot read is a dead letter saying so,
+    and nothing blocks the table."""
+    import subprocess
+    import sys
+    from datetime import UTC, datetime
+    from decimal import Decimal
+    from pathlib import Path
+
+    typed = DebeziumTable("public", "rates", key="currency", start_ms=START)
+    bare = DebeziumTable("public", "rates", key="currency", start_ms=START, with_schema=False)
+    snapshot = typed.snapshot([{"currency": c, "rate": "1.0"} for c in ("EUR", "GBP")])
+    for t in (typed, bare):  # the same clock and positions for both copies
+        t.now_ms, t.lsn = typed.now_ms + 60_000, typed.lsn
+    eur = bare.update({"currency": "EUR", "rate": "1.2345", "updated_at": 1_700_000_060_000_001})
+    typed.now_ms, typed.lsn = bare.now_ms, bare.lsn
+    gbp = typed.update({"currency": "GBP", "rate": "1.5"})
+    bare.now_ms, bare.lsn = typed.now_ms, typed.lsn
+    broken = bare.update({"currency": "GBP", "rate": "1.6"})
+    broken.value["after"]["rate"] = "not base64!"
+    cdc = tmp_path / "cdc"
+    cdc.mkdir()
+    for i, batch in enumerate([snapshot, [eur, gbp], [broken]]):
+        (cdc / f"{i:04d}.jsonl").write_text("".join(json.dumps(m.value) + "\n" for m in batch))
+    cfg = tmp_path / "lakehouse.toml"
+    cfg.write_text(
+        '[spark]\nmaster = "local[2]"\n[ingest]\npipeline_id = "rates"\nsource = "files"\n'
+        f'path = "{cdc}"\ncheckpoint = "{tmp_path}/ck"\n'
+        f'dead_letter_table = "{tmp_path}/dead"\ntrigger = "available-now"\n'
+        f'max_records_per_trigger = 1\n[[ingest.tables]]\ntable = "{tmp_path}/rates"\n'
+        'key = ["currency"]\n'
+    )
+    ran = subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), "ingest", "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    uri = str(tmp_path / "rates")
+    assert delta.get_properties(uri).get(L.PROP_SCHEMA_BLOCK, "") == ""
+    assert "BLOCKED" not in ran.stderr
+    rows = {
+        (r.currency, r._op): (r.rate, r.updated_at)
+        for r in delta.read(spark, uri).collect()
+        if r._op == "u"
+    }
+    # the payload-only update: base64 decimal at the schema's scale, microseconds as time
+    assert rows[("EUR", "u")] == (
+        Decimal("1.2345"),
+        datetime.fromtimestamp(1_700_000_060, UTC).replace(microsecond=1, tzinfo=None),
+    )
+    assert rows[("GBP", "u")][0] == Decimal("1.5")
+    dead = delta.read(spark, str(tmp_path / "dead")).collect()
+    assert [d._error_kind for d in dead] == ["invalid_value"]
+    assert "column 'rate'" in dead[0]._error and "read with the schema" in dead[0]._error

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from helpers import data_commit_of_batch
 from pyspark.sql.types import StructType
 from typer.testing import CliRunner
 
@@ -336,7 +337,7 @@ def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_
     versions = {r._build_version for r in delta.read(spark, str(tmp_path / "out")).collect()}
     assert versions == {complete_version, latest}
     assert all(complete_at(uri, v) for v in versions)
-    assert _props(uri)[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION] == "1"
+    assert int(_props(uri)[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]) == data_commit_of_batch(uri, 0)
 
 
 def test_incremental_snapshot_never_clears_the_marker_nor_overwrites_a_newer_change(

@@ -541,3 +541,53 @@ def test_lakehouse_cdc_does_not_import_pyspark():
     subprocess.run(
         [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2]
     )
+
+
+# -- a record without its schema in a stream with schemas: read with its table's -----------
+
+
+def _rates_pair():
+    """The same update, with its Connect schema and without it (a dropped wrapper)."""
+    from lakehouse.testing import DebeziumTable
+
+    with_schema = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
+    without = DebeziumTable(
+        "public", "rates", key="currency", start_ms=1_700_000_000_000, with_schema=False
+    )
+    row = {"currency": "EUR", "rate": "1.0850", "updated_at": 1_700_000_000_123_456}
+    return with_schema.update(row), without.update(row)
+
+
+def test_a_payload_only_change_is_read_with_its_tables_schema():
+    from lakehouse.cdc import parse_schema
+
+    schemaful, bare = _rates_pair()
+    typed = decode_message(json.dumps(schemaful.value))
+    untyped = decode_message(json.dumps(bare.value))
+    # typed from its values alone it contradicts the table: the decimal is base64 text
+    assert dict(untyped.columns)["rate"] == "string"
+    table = parse_schema(typed.schema.text)
+    read = decode_message(json.dumps(bare.value), schemas={"public.rates": table})
+    assert (read.row, read.columns) == (typed.row, typed.columns)
+    assert read.schema_given and not typed.schema_given
+    # another table's schema is not used
+    other = decode_message(json.dumps(bare.value), schemas={"public.fees": table})
+    assert dict(other.columns)["rate"] == "string"
+
+
+def test_a_payload_only_value_its_tables_schema_cannot_read_is_refused_saying_so():
+    from lakehouse.cdc import parse_schema
+
+    schemaful, bare = _rates_pair()
+    table = parse_schema(decode_message(json.dumps(schemaful.value)).schema.text)
+    bad = json.loads(json.dumps(bare.value))
+    bad["after"]["rate"] = "not base64!"
+    with pytest.raises(CdcDecodeError) as e:
+        decode_message(json.dumps(bad), schemas={"public.rates": table})
+    assert e.value.kind == "invalid_value" and "column 'rate'" in str(e.value)
+    assert "read with the schema of its table's last records" in str(e.value)
+    # a column the schema lacks is typed from its value, as without a schema
+    bad["after"]["rate"] = None
+    bad["after"]["note"] = "new"
+    read = decode_message(json.dumps(bad), schemas={"public.rates": table})
+    assert dict(read.columns)["note"] == "string" and read.row["rate"] is None

@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
         "errors",
         "failpoints",
         "sources",
+        "storage",
         "time",
     },
     "join": {"dead_letter", "delta", "dimension", "errors", "failpoints", "storage", "time"},

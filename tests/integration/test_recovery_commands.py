@@ -8,15 +8,14 @@ installed command (the join) or this session's Spark (the ingest).
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import scenario as S
-from helpers import assert_rows_equal, write_build_table
+from helpers import assert_rows_equal, lakehouse_command, write_build_table
 from reference import Version
 
 from lakehouse import delta
@@ -24,18 +23,6 @@ from lakehouse.dimension import layout as L
 from lakehouse.runner import start_ingest, start_join
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def _lakehouse(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "COLUMNS": "4000"},
-    )
 
 
 def _tear(path: Path) -> None:
@@ -85,11 +72,11 @@ def test_a_torn_checkpoint_commit_table_commit_and_metadata_of_a_join_are_repair
         _tear(damaged)
 
     # the job refuses to start, naming the first damaged file; nothing is written
-    line = _refused(_lakehouse("join", "-c", str(run.config), cwd=tmp_path), checkpoint)
+    line = _refused(lakehouse_command("join", "-c", str(run.config), cwd=tmp_path), checkpoint)
     assert "is damaged" in line and "(and 2 more)" in line
 
     # the dry run lists every damaged file and every step, and changes nothing
-    shown = _lakehouse("repair", "join", "-c", str(run.config), cwd=tmp_path)
+    shown = lakehouse_command("repair", "join", "-c", str(run.config), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     for damaged in (checkpoint / "commits" / str(newest), output_commit, checkpoint / "metadata"):
         assert f"damaged: {damaged}:" in shown.stdout
@@ -97,24 +84,35 @@ def test_a_torn_checkpoint_commit_table_commit_and_metadata_of_a_join_are_repair
     assert "would set aside" in shown.stdout and "dry run: nothing changed" in shown.stdout
 
     # the repair sets the files aside and writes the metadata again
-    done = _lakehouse("repair", "join", "-c", str(run.config), "--apply", cwd=tmp_path)
+    done = lakehouse_command("repair", "join", "-c", str(run.config), "--apply", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "repaired:" in done.stdout
     assert any((checkpoint / "damaged").iterdir())
     assert any(Path(run.tables["output"], "_lakehouse", "damaged").iterdir())
-    again = _lakehouse("repair", "join", "-c", str(run.config), cwd=tmp_path)
+    again = lakehouse_command("repair", "join", "-c", str(run.config), cwd=tmp_path)
     assert "nothing damaged" in again.stdout
 
     # the job runs the rolled-back batch again and ends where it was
-    rerun = _lakehouse("join", "-c", str(run.config), cwd=tmp_path)
+    rerun = lakehouse_command("join", "-c", str(run.config), cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     tables = {name: str(before / name) for name in ("output", "pending", "dead")}
     S.assert_same_join(spark, run, S.Run(before, run.config, tables))
+    # the late order says so in the output, and the quality report counts it
+    late = delta.read(spark, run.tables["output"]).filter("_released_by = 'late'").collect()
+    assert [r.order_id for r in late] == [S.LATE_ORDER]
+    report = tmp_path / "quality"
+    checked = lakehouse_command(
+        "quality", "-c", str(run.config), "--report-dir", str(report), cwd=tmp_path
+    )
+    assert checked.returncode == 1, checked.stderr[-3000:]  # the ZZZ orders match nothing
+    summary = json.loads((report / "summary.json").read_text())
+    matched = next(c for c in summary["checks"] if c["name"] == "output_matched")
+    assert matched["observed"]["late"] == 1 and "1 released late" in matched["message"]
 
     # a damaged build table is the ingest's: the join's repair names it and changes nothing
     build_commit = _newest_commit(build)
     _tear(build_commit)
-    refused = _lakehouse("repair", "join", "-c", str(run.config), "--apply", cwd=tmp_path)
+    refused = lakehouse_command("repair", "join", "-c", str(run.config), "--apply", cwd=tmp_path)
     assert refused.returncode == 1
     assert "which this job only reads" in refused.stderr and "repair ingest" in refused.stderr
     assert build_commit.exists()
@@ -141,8 +139,8 @@ def test_torn_offsets_a_torn_marker_commit_and_last_checkpoint_of_an_ingest_are_
     _tear(marker_commit)
     (table / "_delta_log" / "_last_checkpoint").write_text('{"version":1,"si')
 
-    _refused(_lakehouse("ingest", "-c", str(run.config), cwd=tmp_path), checkpoint)
-    done = _lakehouse("repair", "ingest", "-c", str(run.config), "--apply", cwd=tmp_path)
+    _refused(lakehouse_command("ingest", "-c", str(run.config), cwd=tmp_path), checkpoint)
+    done = lakehouse_command("repair", "ingest", "-c", str(run.config), "--apply", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for why in ("no table holds batch 2", "it changed no rows", "by listing the log"):
         assert why in done.stdout, done.stdout
@@ -161,10 +159,10 @@ def test_torn_offsets_a_torn_marker_commit_and_last_checkpoint_of_an_ingest_are_
     # the newest offsets of a batch the table holds: not repaired, nothing changed
     newest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     _tear(checkpoint / "offsets" / str(newest))
-    refused = _lakehouse("repair", "ingest", "-c", str(run.config), "--apply", cwd=tmp_path)
+    refused = lakehouse_command("repair", "ingest", "-c", str(run.config), "--apply", cwd=tmp_path)
     assert refused.returncode == 1
     line = refused.stderr.strip().splitlines()[-1]
     assert line.startswith("error: not repaired:") and f"batch {newest} is committed" in line
     assert "restore the file from a backup" in line
     assert (checkpoint / "offsets" / str(newest)).exists()
-    _refused(_lakehouse("ingest", "-c", str(run.config), cwd=tmp_path), checkpoint)
+    _refused(lakehouse_command("ingest", "-c", str(run.config), cwd=tmp_path), checkpoint)
