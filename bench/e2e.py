@@ -62,7 +62,7 @@ def _spark(name: str, conf: dict[str, str]) -> Any:
     return get_spark(app_name=f"bench-{name}", master="local[2]", conf=conf)
 
 
-def _debezium_events(keys: int, updates: int, seed: int) -> list[tuple[bytes | None, bytes]]:
+def debezium_events(keys: int, updates: int, seed: int) -> list[tuple[bytes | None, bytes]]:
     """(key, value) bytes of a snapshot of ``keys`` rows, then ``updates`` updates."""
     from lakehouse.testing.debezium import DebeziumTable
 
@@ -88,7 +88,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)
-    events = _debezium_events(spec["keys"], spec["updates"], seed=7)
+    events = debezium_events(spec["keys"], spec["updates"], seed=7)
     n = len(events)
     spark = _spark("ingest", spec.get("spark_conf", {}))
     sink = BuildSink(
@@ -195,7 +195,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 #: The Debezium envelope's payload, as a plain Kafka-to-Delta copy parses it.
-_COPY_SCHEMA = (
+COPY_SCHEMA = (
     "payload struct<before: struct<currency: string, rate: string>, "
     "after: struct<currency: string, rate: string>, op: string, ts_ms: bigint, "
     "source: struct<lsn: bigint, snapshot: string>>"
@@ -212,7 +212,7 @@ def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
 
     seen = Observation(f"copy-{batch_id}")
     parsed = df.select(
-        F.from_json(F.col("value").cast("string"), _COPY_SCHEMA).alias("e"),
+        F.from_json(F.col("value").cast("string"), COPY_SCHEMA).alias("e"),
         "partition",
         "offset",
     ).select(

@@ -1,0 +1,106 @@
+"""Events per second of the CDC decode alone: the product's against Spark's own ``from_json``.
+
+The same Debezium events with Connect schemas (a snapshot of ``keys`` rates, then ``updates``
+updates, about 2.3 kB each, from :func:`bench.e2e.debezium_events`) are held in memory and
+decoded by two plans, alternately, ``rounds`` times each, into Spark's ``noop`` sink, so that
+only the decode is timed (no source, no Delta write):
+
+* ``plain``: ``from_json`` of the value with the payload's schema, the columns a plain
+  Kafka-to-Delta copy keeps (the peer in :mod:`bench.e2e`);
+* ``product``: :func:`lakehouse.dimension.decode.decode_raw` (``mapInArrow`` into the Python
+  decoder), then ``from_json`` of its row image into the column types, as the ingest does.
+
+The result is each plan's median seconds, events per second, and ``product / plain`` as a
+rate ratio (the issue's target for the JVM decode is 0.9 or more).
+
+Usage: ``python -m bench.decode '{"keys": 50000, "updates": 50000, "rounds": 3}'`` (prints a
+``BENCH-RESULT`` line).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.e2e import COPY_SCHEMA, debezium_events
+from bench.measure import emit
+
+#: The row image's columns as the build table types them (``DebeziumTable``'s rates schema).
+ROW_SCHEMA = "currency string, rate decimal(12,4), updated_at timestamp"
+
+
+def _plain(raw: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    e = F.from_json(F.col("value").cast("string"), COPY_SCHEMA).alias("e")
+    return raw.select(e, "partition", "offset").select(
+        F.coalesce("e.payload.after.currency", "e.payload.before.currency").alias("currency"),
+        F.col("e.payload.after.rate").alias("rate"),
+        F.col("e.payload.op").alias("_op"),
+        F.timestamp_millis("e.payload.ts_ms").alias("_event_time"),
+        F.col("e.payload.source.lsn").alias("_lsn"),
+        "partition",
+        "offset",
+    )
+
+
+def _product(raw: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    from lakehouse.dimension.decode import decode_raw
+
+    decoded = decode_raw(raw)
+    return decoded.select(
+        F.from_json(F.coalesce("_row_json", "_key_json"), ROW_SCHEMA).alias("row"),
+        "_kind",
+        "_op",
+        "_event_time_ms",
+        "_seq",
+        "partition",
+        "offset",
+    )
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
+    """Decode the events with both plans, alternately; returns what :func:`emit` prints."""
+    from lakehouse.spark import get_spark
+
+    keys, updates = int(spec.get("keys", 50_000)), int(spec.get("updates", 50_000))
+    rounds = int(spec.get("rounds", 3))
+    events = debezium_events(keys, updates, seed=7)
+    n = len(events)
+    spark = get_spark(app_name="bench-decode", master=spec.get("master", "local[2]"))
+    rows = [(k, v, "cdc", 0, i) for i, (k, v) in enumerate(events)]
+    raw = (
+        spark.createDataFrame(
+            rows, "key binary, value binary, topic string, partition int, offset bigint"
+        )
+        .selectExpr("*", "current_timestamp() AS timestamp")
+        .repartition(spark.sparkContext.defaultParallelism)
+        .cache()
+    )
+    raw.count()
+    plans = {"plain": _plain, "product": _product}
+    seconds: dict[str, list[float]] = {name: [] for name in plans}
+    for _ in range(rounds + 1):  # the first round warms both up and is not counted
+        for name, plan in plans.items():
+            started = time.perf_counter()
+            plan(raw).write.format("noop").mode("overwrite").save()
+            seconds[name].append(time.perf_counter() - started)
+    medians = {name: statistics.median(s[1:]) for name, s in seconds.items()}
+    return {
+        "events": n,
+        "value_bytes_mean": round(sum(len(v) for _, v in events) / n),
+        "rounds": rounds,
+        "master": spec.get("master", "local[2]"),
+        "seconds_median": {k: round(v, 2) for k, v in medians.items()},
+        "events_per_s": {k: round(n / v) for k, v in medians.items()},
+        "product_over_plain": round(medians["plain"] / medians["product"], 2),
+    }
+
+
+if __name__ == "__main__":
+    emit(main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}))
