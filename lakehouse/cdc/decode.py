@@ -168,13 +168,15 @@ class ChangeEvent:
             >>> e.source_table
             'public.orders'
         """
-        if self.table is None:
-            return None
-        if self.schema_name is not None:
-            return f"{self.schema_name}.{self.table}"
-        if self.db is not None:
-            return f"{self.db}.{self.table}"
-        return self.table
+        return _qualified_table(self.schema_name, self.db, self.table)
+
+
+def _qualified_table(schema_name: str | None, db: str | None, table: str | None) -> str | None:
+    """``schema.table``, else ``db.table``, else ``table``; None without a table."""
+    if table is None:
+        return None
+    prefix = schema_name if schema_name is not None else db
+    return table if prefix is None else f"{prefix}.{table}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,15 +309,15 @@ def _payload_table(payload: dict[str, Any]) -> str | None:
     source = payload.get("source")
     if type(source) is not dict:
         return None
-    table = source.get("table")
-    if type(table) is not str:
-        table = source.get("collection")
-        if type(table) is not str:
-            return None
-    for prefix in (source.get("schema"), source.get("db")):
-        if type(prefix) is str:
-            return f"{prefix}.{table}"
-    return table
+
+    def text(name: str) -> str | None:
+        value = source.get(name)
+        return value if type(value) is str else None
+
+    table = text("table")
+    return _qualified_table(
+        text("schema"), text("db"), text("collection") if table is None else table
+    )
 
 
 def _change_event(
