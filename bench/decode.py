@@ -6,7 +6,7 @@ decoded by two plans, alternately, ``rounds`` times each, into Spark's ``noop`` 
 only the decode is timed (no source, no Delta write):
 
 * ``plain``: ``from_json`` of the value with the payload's schema, the columns a plain
-  Kafka-to-Delta copy keeps (the peer in :mod:`bench.e2e`);
+  Kafka-to-Delta copy keeps (:func:`bench.e2e.plain_parse`, the parse of the ingest's peer);
 * ``product``: :func:`lakehouse.dimension.decode.decode_raw` (``mapInArrow`` into the Python
   decoder), then ``from_json`` of its row image into the column types, as the ingest does.
 
@@ -25,26 +25,11 @@ import sys
 import time
 from typing import Any
 
-from bench.e2e import COPY_SCHEMA, debezium_events
+from bench.e2e import debezium_events, plain_parse
 from bench.measure import emit
 
 #: The row image's columns as the build table types them (``DebeziumTable``'s rates schema).
 ROW_SCHEMA = "currency string, rate decimal(12,4), updated_at timestamp"
-
-
-def _plain(raw: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    e = F.from_json(F.col("value").cast("string"), COPY_SCHEMA).alias("e")
-    return raw.select(e, "partition", "offset").select(
-        F.coalesce("e.payload.after.currency", "e.payload.before.currency").alias("currency"),
-        F.col("e.payload.after.rate").alias("rate"),
-        F.col("e.payload.op").alias("_op"),
-        F.timestamp_millis("e.payload.ts_ms").alias("_event_time"),
-        F.col("e.payload.source.lsn").alias("_lsn"),
-        "partition",
-        "offset",
-    )
 
 
 def _product(raw: Any) -> Any:
@@ -83,7 +68,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         .cache()
     )
     raw.count()
-    plans = {"plain": _plain, "product": _product}
+    plans = {"plain": plain_parse, "product": _product}
     seconds: dict[str, list[float]] = {name: [] for name in plans}
     for _ in range(rounds + 1):  # the first round warms both up and is not counted
         for name, plan in plans.items():

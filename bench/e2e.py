@@ -195,24 +195,20 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 #: The Debezium envelope's payload, as a plain Kafka-to-Delta copy parses it.
-COPY_SCHEMA = (
+_COPY_SCHEMA = (
     "payload struct<before: struct<currency: string, rate: string>, "
     "after: struct<currency: string, rate: string>, op: string, ts_ms: bigint, "
     "source: struct<lsn: bigint, snapshot: string>>"
 )
 
 
-def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
-    """The peer of the ingest: read, parse with ``from_json``, append (one idempotent write),
-    counting the rows while writing."""
-    from pyspark.sql import Observation
+def plain_parse(raw: Any) -> Any:
+    """Raw source records parsed as a plain copy parses them: ``from_json`` of the value with
+    the payload's schema, the columns the copy keeps (no logical types, no dead letters)."""
     from pyspark.sql import functions as F
 
-    from lakehouse import delta
-
-    seen = Observation(f"copy-{batch_id}")
-    parsed = df.select(
-        F.from_json(F.col("value").cast("string"), COPY_SCHEMA).alias("e"),
+    return raw.select(
+        F.from_json(F.col("value").cast("string"), _COPY_SCHEMA).alias("e"),
         "partition",
         "offset",
     ).select(
@@ -224,8 +220,21 @@ def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
         "partition",
         "offset",
     )
+
+
+def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
+    """The peer of the ingest: read, parse with ``from_json``, append (one idempotent write),
+    counting the rows while writing."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from lakehouse import delta
+
+    seen = Observation(f"copy-{batch_id}")
     delta.append(
-        parsed.observe(seen, F.count(F.lit(1)).alias("n")), uri, txn=("bench-copy", batch_id)
+        plain_parse(df).observe(seen, F.count(F.lit(1)).alias("n")),
+        uri,
+        txn=("bench-copy", batch_id),
     )
     return int(seen.get["n"])
 
