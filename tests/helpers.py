@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,22 +206,24 @@ def lakehouse_command(
     columns: int = 4000,
     timeout: float = 600,
     compiled_projections: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The installed ``lakehouse`` command, run as a user or a scheduler runs it: a new
     process, output captured as text, the exit code left to the caller. ``columns`` is the
     terminal width rich wraps at (wide by default, so that one line stays one line).
     ``compiled_projections`` runs it with Spark's code generation exactly as users get it,
-    without the suite's :data:`INTERPRETED_PROJECTIONS`."""
-    env = {**os.environ, "COLUMNS": str(columns)}
-    if compiled_projections and "LAKEHOUSE_SPARK_CONF" in env:
-        entries = env["LAKEHOUSE_SPARK_CONF"].split(";")
-        env["LAKEHOUSE_SPARK_CONF"] = ";".join(e for e in entries if e != INTERPRETED_PROJECTIONS)
+    without the suite's :data:`INTERPRETED_PROJECTIONS`. ``env``: variables set on top of
+    this process's (an object store's credentials, a failpoint)."""
+    full = {**os.environ, "COLUMNS": str(columns), **(env or {})}
+    if compiled_projections and "LAKEHOUSE_SPARK_CONF" in full:
+        entries = full["LAKEHOUSE_SPARK_CONF"].split(";")
+        full["LAKEHOUSE_SPARK_CONF"] = ";".join(e for e in entries if e != INTERPRETED_PROJECTIONS)
     return subprocess.run(
         [str(Path(sys.executable).parent / "lakehouse"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=full,
         check=False,
     )

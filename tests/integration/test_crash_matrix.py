@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import scenario as S
-from helpers import assert_rows_equal, write_build_table
+from helpers import assert_rows_equal, lakehouse_command, write_build_table
 from reference import Version
 from scenario import START_MS, Run, Step
 
@@ -142,16 +140,7 @@ def _with_conf(entry: str) -> str:
 
 def _killed(argv: list[str], point: str, cwd: Path, env: dict[str, str]) -> None:
     """Run the installed command with ``point`` armed; it must die there."""
-    env = {**os.environ, **env, "LAKEHOUSE_FAILPOINTS": point, "COLUMNS": "4000"}
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = lakehouse_command(*argv, cwd=cwd, env={**env, "LAKEHOUSE_FAILPOINTS": point})
     assert proc.returncode == -signal.SIGKILL, (
         f"{point}: the command was expected to die there, but exited {proc.returncode} "
         f"(the point was never reached, or the restart failed):\n{proc.stderr[-4000:]}"

@@ -16,14 +16,12 @@ all on ``s3a://``. Nothing the jobs write or print holds the secret key.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from helpers import assert_rows_equal
+from helpers import assert_rows_equal, lakehouse_command
 from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
@@ -36,15 +34,7 @@ T0 = 1_700_000_000_000
 
 
 def _lakehouse(s3: S3Server, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, **s3.env(), "COLUMNS": "4000"},
-    )
+    return lakehouse_command(*args, cwd=cwd, env=s3.env())
 
 
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import FIXTURES
-from helpers import raw_records
+from helpers import lakehouse_command, raw_records
 from pyspark.sql.types import StructType
 from typer.testing import CliRunner
 
@@ -336,11 +336,8 @@ def test_a_record_without_its_schema_is_read_with_its_tables_and_blocks_nothing(
     schema of their table's last records that had one, exactly (the decimal's scale, the
     timestamp's unit); one whose value that schema cannot read is a dead letter saying so,
     and nothing blocks the table."""
-    import subprocess
-    import sys
     from datetime import UTC, datetime
     from decimal import Decimal
-    from pathlib import Path
 
     typed = DebeziumTable("public", "rates", key="currency", start_ms=START)
     bare = DebeziumTable("public", "rates", key="currency", start_ms=START, with_schema=False)
@@ -365,13 +362,7 @@ def test_a_record_without_its_schema_is_read_with_its_tables_and_blocks_nothing(
         f'max_records_per_trigger = 1\n[[ingest.tables]]\ntable = "{tmp_path}/rates"\n'
         'key = ["currency"]\n'
     )
-    ran = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), "ingest", "-c", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    ran = lakehouse_command("ingest", "-c", str(cfg))
     assert ran.returncode == 0, ran.stderr[-3000:]
     uri = str(tmp_path / "rates")
     assert delta.get_properties(uri).get(L.PROP_SCHEMA_BLOCK, "") == ""
