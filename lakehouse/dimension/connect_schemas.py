@@ -99,11 +99,21 @@ def _path(uri: str, digest: str) -> str:
     return f"{uri.rstrip('/')}/{SCHEMA_DIR}/{digest}.json"
 
 
+#: Schema texts already read, by hash: a hash names one text wherever it is kept, so a batch
+#: reads a table's schema file only the first time (bounded: a few schemas per table).
+_READ: dict[str, str] = {}
+_READ_MAX: Final = 256
+
+
 def load(uri: str, hashes: Mapping[str, str]) -> dict[str, str]:
-    """The schema texts of ``hashes`` (source table -> hash), read from the table's folder;
-    a missing or unreadable file leaves its table out (its records are typed from values)."""
+    """The schema texts of ``hashes`` (source table -> hash), read from the table's folder
+    (once per process and hash); a missing or unreadable file leaves its table out (its
+    records are typed from values)."""
     out: dict[str, str] = {}
     for table, digest in hashes.items():
+        if digest in _READ:
+            out[table] = _READ[digest]
+            continue
         try:
             fs, inner = filesystem(_path(uri, digest))
             with fs.open_input_stream(inner) as f:
@@ -112,6 +122,9 @@ def load(uri: str, hashes: Mapping[str, str]) -> dict[str, str]:
             continue
         if schema_hash(text) == digest:  # a torn file is not a schema
             out[table] = text
+            if len(_READ) >= _READ_MAX:
+                _READ.clear()
+            _READ[digest] = text
     return out
 
 
