@@ -15,7 +15,8 @@ STAMP40 := $(VENV40)/.installed
 JVM_STAMP := .jvm/.installed
 # The tests that run again on Spark 4.0: the join (both paths) and the sources
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
-	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py
+	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py \
+	tests/integration/test_jvm_decode.py
 
 # The suite runs in two pytest-xdist workers (worksteal: a worker that is done takes tests
 # queued on the other). It is CPU-bound on two cores: one process waits on subprocesses and

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from lakehouse.cdc.schema import SchemaHandle
 from lakehouse.errors import CdcDecodeError
 
-__all__ = ["SchemaCache", "parse_message", "parse_schema", "to_text"]
+__all__ = ["SchemaCache", "parse_message", "parse_schema", "schema_prefix", "to_text"]
 
 
 class _NonFiniteLiteral(ValueError):
@@ -257,3 +257,28 @@ def parse_schema(text: str) -> SchemaHandle:
     except (ValueError, ArithmeticError) as e:
         raise _malformed(e, "schema") from None
     return SchemaHandle(schema)
+
+
+def schema_prefix(text: str) -> tuple[str, str] | None:
+    """``(prefix, schema text)`` of a wrapped record in ``JsonConverter``'s compact form:
+    the text up to its payload (``{"schema":S,"payload":``) and ``S``; None otherwise.
+
+    >>> schema_prefix('{"schema":{"type":"int32"},"payload":5}')
+    ('{"schema":{"type":"int32"},"payload":', '{"type":"int32"}')
+    >>> schema_prefix('{"schema": {"type":"int32"}, "payload": 5}') is None
+    True
+    """
+    head = _SCHEMA_HEAD.match(text)
+    if head is None:
+        return None
+    try:
+        _, end = _raw_decode(text, head.end())
+    except (ValueError, RecursionError):
+        return None
+    sep = _PAYLOAD_HEAD.match(text, end)
+    if sep is None:
+        return None
+    prefix, schema = text[: sep.end()], text[head.end() : end]
+    if prefix != f'{{"schema":{schema},"payload":':
+        return None
+    return prefix, schema

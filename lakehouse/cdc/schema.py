@@ -84,6 +84,8 @@ __all__ = [
     "compile_struct",
     "infer_row",
     "infer_value",
+    "logical_applies",
+    "source_decimal_applies",
 ]
 
 Decoder = Callable[[Any], Any]
@@ -351,6 +353,27 @@ _LOGICAL: dict[str, Callable[[ConnectSchema, int], tuple[Decoder, str] | None]] 
         frozenset({"struct"}), decode_variable_scale_decimal, "string"
     ),
 }
+
+
+def logical_applies(s: ConnectSchema) -> bool:
+    """Whether ``s`` is read by its logical name (a known name on a physical type it
+    applies to), as :func:`compile_struct` reads it."""
+    compile_logical = _LOGICAL.get(s.name) if s.name is not None else None
+    try:
+        return compile_logical is not None and compile_logical(s, 0) is not None
+    except CdcDecodeError:
+        return False
+
+
+def source_decimal_applies(s: ConnectSchema) -> bool:
+    """Whether ``s`` is read as a decimal because its source column type says so (a
+    ``string`` or floating-point column under ``column.propagate.source.type``)."""
+    if s.type != "string" and s.type not in _FLOAT_TYPES:
+        return False
+    try:
+        return _source_decimal(s) is not None
+    except CdcDecodeError:
+        return True
 
 
 def _compile(s: ConnectSchema, depth: int) -> tuple[Decoder, str]:

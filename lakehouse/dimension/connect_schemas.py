@@ -144,10 +144,22 @@ def store(uri: str, texts: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def newest_in_batch(summary: list[dict[str, Any]]) -> dict[str, str]:
+def newest_in_batch(
+    summary: list[dict[str, Any]],
+    start: Mapping[str, str] | None = None,
+    marks: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The newest schema text per source table among the batch's records that carried one
     (:func:`lakehouse.dimension.plan.summarise`'s ``schema`` of each group: by connector
-    position, then offset)."""
+    position, then offset). A record the JVM decoded says ``''`` for its table's schema at the
+    start of the batch (``start``) and a mark for another (``marks``, see
+    :func:`lakehouse.dimension.jvm_decode.schema_mark`).
+
+    >>> newest_in_batch([{"_source_table": "t", "schema": ("1", 0, 5, "")}], {"t": "S"})
+    {'t': 'S'}
+    >>> newest_in_batch([{"_source_table": "t", "schema": ("1", 0, 5, "#a")}], {}, {"#a": "T"})
+    {'t': 'T'}
+    """
     best: dict[str, tuple[Any, ...]] = {}
     for entry in summary:
         found = entry.get("schema")
@@ -156,7 +168,16 @@ def newest_in_batch(summary: list[dict[str, Any]]) -> dict[str, str]:
             continue
         if table not in best or tuple(found[:-1]) > best[table][:-1]:
             best[table] = tuple(found)
-    return {table: str(found[-1]) for table, found in best.items()}
+    out = {}
+    for table, found in best.items():
+        text = str(found[-1])
+        if not text:
+            text = (start or {}).get(table, "")
+        elif text.startswith("#"):  # a schema text never starts with '#'
+            text = (marks or {}).get(text, "")
+        if text:
+            out[table] = text
+    return out
 
 
 def recorded(props: Mapping[str, str]) -> Recorded:

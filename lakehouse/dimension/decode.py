@@ -38,6 +38,7 @@ from lakehouse.cdc import (
 )
 from lakehouse.cdc import row_to_json as _row_to_json
 from lakehouse.dimension import layout as L
+from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, decode_fast
 from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
@@ -200,23 +201,47 @@ def schema_change_summary(change: SchemaChange) -> dict[str, Any]:
     }
 
 
-def _decode_batches(max_bytes: int, schema_texts: Mapping[str, str] | None = None) -> Any:
+def _complete_batches(
+    max_bytes: int, schema_texts: Mapping[str, str], marks: Mapping[str, str] | None = None
+) -> Any:
+    """``mapInArrow`` function: decode in Python the records the JVM left undecoded (NULL
+    ``_kind``), in stream order; the records it decoded pass through, moving their table on
+    to their schema as they go (a later record without a schema is read with it). ``marks``:
+    the schema texts of the JVM's ``_connect_schema`` marks
+    (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`)."""
+    texts = dict(marks or {})
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         # per Spark partition, in its order: each starts from the table's recorded schemas
         schemas: dict[str, SchemaHandle] = {}
-        for table, text in (schema_texts or {}).items():
+        starts: dict[str, SchemaHandle] = {}
+        for table, text in schema_texts.items():
             with contextlib.suppress(CdcDecodeError):  # kept texts were whole schemas
-                schemas[table] = parse_schema(text)
+                starts[table] = schemas[table] = parse_schema(text)
         for batch in batches:
+            kinds = batch.column("_kind").to_pylist()
+            columns = {name: batch.column(name).to_pylist() for name in _OUT_FIELDS}
             values = batch.column("value").to_pylist()
             keys = batch.column("key").to_pylist()
-            columns: dict[str, list[Any]] = {name: [] for name in _OUT_FIELDS}
-            for value, key in zip(values, keys, strict=True):
-                decoded = decode_record(value, key, max_bytes=max_bytes, schemas=schemas)
-                for name in _OUT_FIELDS:
-                    columns[name].append(decoded[name])
+            for i, kind in enumerate(kinds):
+                if kind is None:
+                    decoded = decode_record(
+                        values[i], keys[i], max_bytes=max_bytes, schemas=schemas
+                    )
+                    for name in _OUT_FIELDS:
+                        columns[name][i] = decoded[name]
+                    continue
+                table, text = columns["_source_table"][i], columns["_connect_schema"][i]
+                if kind == "change" and table is not None and text is not None:
+                    if text == "":
+                        if table in starts:
+                            schemas[table] = starts[table]
+                    elif text in texts:
+                        with contextlib.suppress(CdcDecodeError):
+                            full = texts[text]
+                            schemas[table] = _SCHEMA_CACHE.get(full) or _cached(full)
             arrays = [
                 pa.array(columns[n], pa.int64() if n == "_event_time_ms" else pa.string())
                 for n in _OUT_FIELDS
@@ -227,16 +252,77 @@ def _decode_batches(max_bytes: int, schema_texts: Mapping[str, str] | None = Non
     return run
 
 
+#: Schemas the JVM-decoded records moved their tables on to, by text (per Python worker).
+_SCHEMA_CACHE: dict[str, SchemaHandle] = {}
+
+
+def _cached(text: str) -> SchemaHandle:
+    handle = parse_schema(text)
+    if len(_SCHEMA_CACHE) > 64:
+        _SCHEMA_CACHE.clear()
+    _SCHEMA_CACHE[text] = handle
+    return handle
+
+
 def decode_raw(
     raw: DataFrame,
     *,
     max_record_bytes: int = 16 * 1024 * 1024,
     schemas: Mapping[str, str] | None = None,
+    wire: WireSchemas | None = None,
 ) -> DataFrame:
-    """Decode raw source records on the executors; one output row per input record.
+    """Decode raw source records; one output row per input record, **persisted** (the
+    caller unpersists it).
 
-    ``schemas``: the build tables' recorded Connect schemas by source table (texts), the
-    start of each partition's (see :func:`decode_record`)."""
-    return raw.select(*_RAW_FIELDS).mapInArrow(
-        _decode_batches(max_record_bytes, dict(schemas or {})), DECODED_DDL
+    The JVM decodes the records it can (:mod:`lakehouse.dimension.jvm_decode`); only when
+    some are left does a second pass decode those in Python (:func:`decode_record`). ``wire``
+    holds the schemas the JVM knows and learns those of this batch's records (when it knows
+    none, from the batch's first record first). ``schemas``: the build tables' recorded
+    Connect schemas by source table (texts) at the start of the batch."""
+    from pyspark.sql import functions as F
+
+    start = dict(schemas or {})
+    wire = WireSchemas() if wire is None else wire
+    if wire.empty:
+        wire.learn_texts(_texts(raw.select("key", "value").limit(1).collect()))
+    fast = decode_fast(raw, wire, max_bytes=max_record_bytes, start=start).persist()
+    left = fast.filter(F.col("_kind").isNull())
+    if left.isEmpty():
+        return fast
+    payload = F.lit('"payload":')
+    seen = (
+        left.select(
+            *[
+                F.concat(F.substring_index(F.col(c).cast("string"), '"payload":', 1), payload)
+                for c in ("key", "value")
+            ]
+        )
+        .distinct()
+        .limit(4 * MAX_KNOWN)
+        .collect()
     )
+    done = fast.mapInArrow(
+        _complete_batches(max_record_bytes, start, wire.marks()), DECODED_DDL
+    ).persist()
+    done.count()
+    fast.unpersist()
+    wire.learn_texts((_closed(k), _closed(v)) for k, v in seen)
+    return done
+
+
+def _closed(prefix: str | None) -> str | None:
+    """A record's text up to its payload, closed so that it parses up to there."""
+    return None if prefix is None else prefix + "null}"
+
+
+def _texts(rows: Any) -> list[tuple[str | None, str | None]]:
+    out = []
+    for r in rows:
+        pair = []
+        for raw in (r["key"], r["value"]):
+            try:
+                pair.append(None if raw is None else bytes(raw).decode("utf-8"))
+            except UnicodeDecodeError:
+                pair.append(None)
+        out.append((pair[0], pair[1]))
+    return out

@@ -344,7 +344,7 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     # records without a schema of their own are read with the table's newest, as the ingest
     # reads them
     schemas = connect_schemas.load(uri, connect_schemas.recorded(props).after)
-    decoded = decode_raw(fresh, schemas=schemas).persist()
+    decoded = decode_raw(fresh, schemas=schemas)
     source = props.get(L.PROP_SOURCE_TABLE, "*")
     event_time = props.get(L.PROP_EVENT_TIME, "source.ts_ms")
     target = BuildTarget(

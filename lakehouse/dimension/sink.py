@@ -53,6 +53,7 @@ from lakehouse.dimension.commit import (
     plan_commit,
 )
 from lakehouse.dimension.decode import decode_raw
+from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
@@ -188,6 +189,8 @@ class BuildSink:
         self.planned_offsets = planned_offsets
         self.signal_topics = tuple(sorted({t for x in targets for t in x.snapshot.topics}))
         self._markers_checked = False
+        #: the Connect schemas the JVM decode knows, learned batch by batch
+        self._wire = WireSchemas()
 
     # ---------------------------------------------------------------------------- entry point
 
@@ -223,13 +226,12 @@ class BuildSink:
             is_signal = F.col("topic").isin(*self.signal_topics)
             data, signal_df = df.filter(~is_signal), df.filter(is_signal)
         signals = self._read_signals(signal_df)
+        start = self._connect_schemas_at_start(batch_id)
         decoded = decode_raw(
-            data,
-            max_record_bytes=self.max_record_bytes,
-            schemas=self._connect_schemas_at_start(batch_id),
-        ).persist()
+            data, max_record_bytes=self.max_record_bytes, schemas=start, wire=self._wire
+        )
         try:
-            return self._process_decoded(decoded, signal_df, signals, batch_id, started)
+            return self._process_decoded(decoded, signal_df, signals, batch_id, started, start)
         finally:
             decoded.unpersist()
 
@@ -326,8 +328,10 @@ class BuildSink:
         signals: _Signals,
         batch_id: int,
         started: float,
+        start_schemas: Mapping[str, str],
     ) -> BatchReport:
-        """Plan each target, write the dead letters, then decide and commit each target."""
+        """Plan each target, write the dead letters, then decide and commit each target.
+        ``start_schemas``: the tables' Connect schema texts the batch was decoded from."""
         summary, data_ends, groups = summarise(decoded)
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
         kinds, errors_by_kind = count_kinds(summary)
@@ -353,7 +357,9 @@ class BuildSink:
                 plan.target, groups, signals, priors, positions, probe, batch_id
             )
             newest = connect_schemas.newest_in_batch(
-                [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)]
+                [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)],
+                start_schemas,
+                self._wire.marks(),
             )
             reports.append(self._commit_target(plan, decision, batch_id, end_offsets, newest))
         _log_unrouted_ddl(ddl_events, plans, batch_id)

@@ -40,6 +40,11 @@ def encode_decimal(value: Decimal | str, scale: int) -> str:
     return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
 
 
+def _wire_json(value: Mapping[str, Any]) -> bytes:
+    """JSON as Kafka Connect's ``JsonConverter`` writes it: compact, UTF-8 (not escaped)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One Kafka record: key and value as JSON-ready objects (value None is a tombstone)."""
@@ -49,11 +54,11 @@ class Message:
 
     def key_bytes(self) -> bytes | None:
         """The key as the JSON converter serialises it."""
-        return None if self.key is None else json.dumps(self.key).encode()
+        return None if self.key is None else _wire_json(self.key)
 
     def value_bytes(self) -> bytes | None:
         """The value as the JSON converter serialises it."""
-        return None if self.value is None else json.dumps(self.value).encode()
+        return None if self.value is None else _wire_json(self.value)
 
 
 class DebeziumTable:

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakehouse.cdc import DECODE_ERROR_KINDS
-from lakehouse.dimension.decode import _decode_batches, decode_record
+from lakehouse.dimension.decode import _OUT_FIELDS, _complete_batches, decode_record
 
 FIXTURE_BYTES = {p.name: p.read_bytes() for p in sorted((FIXTURES / "debezium").glob("*.json"))}
 KINDS = {"change", "tombstone", "transaction", "schema_change", "error"}
@@ -36,9 +36,16 @@ MAX_BYTES = 1 << 20
 
 
 def _batch(records: list[tuple[bytes | None, bytes | None]]) -> pa.RecordBatch:
+    """Records as the Python pass gets them when the JVM decoded none (NULL ``_kind``)."""
     now = datetime.now(UTC)
     return pa.RecordBatch.from_pydict(
         {
+            **{
+                name: pa.nulls(
+                    len(records), pa.int64() if name == "_event_time_ms" else pa.string()
+                )
+                for name in _OUT_FIELDS
+            },
             "key": pa.array([k for k, _ in records], pa.binary()),
             "value": pa.array([v for _, v in records], pa.binary()),
             "topic": pa.array(["cdc"] * len(records), pa.string()),
@@ -51,7 +58,7 @@ def _batch(records: list[tuple[bytes | None, bytes | None]]) -> pa.RecordBatch:
 
 def _run(records: list[tuple[bytes | None, bytes | None]], max_bytes: int = MAX_BYTES) -> list:
     """Decode as the executors do; check the per-record contract; return the rows."""
-    out = list(_decode_batches(max_bytes)(iter([_batch(records)])))
+    out = list(_complete_batches(max_bytes, {})(iter([_batch(records)])))
     rows = [r for b in out for r in b.to_pylist()]
     assert len(rows) == len(records)
     for i, (row, (key, value)) in enumerate(zip(rows, records, strict=True)):

@@ -1,0 +1,541 @@
+"""One answer, two paths: the JVM decode gives exactly what the Python decoder gives.
+
+Each test decodes the same records three ways and compares them field by field: the Python
+decoder alone (:func:`lakehouse.dimension.decode.decode_record`, in stream order, the
+reference), the JVM decode alone (:func:`lakehouse.dimension.jvm_decode.decode_fast`, the
+records it decodes), and the ingest's decode (:func:`lakehouse.dimension.decode.decode_raw`:
+the JVM, then Python for the rest). Row images are compared as Spark reads them back
+(``from_json`` into the column types), the rest as text. Records: every fixture in
+``tests/fixtures/debezium`` as captured and as ``JsonConverter`` writes it (compact), and
+Hypothesis envelopes over every logical type, with edge values and with the textual changes
+(spacing, extra keys, duplicates, trailing text) that must send a record to Python.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from conftest import FIXTURES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakehouse.cdc import decode_message, parse_schema
+from lakehouse.cdc.wire import compile_value, schema_prefix
+from lakehouse.dimension.connect_schemas import newest_in_batch
+from lakehouse.dimension.decode import _OUT_FIELDS, decode_raw, decode_record
+from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
+from lakehouse.dimension.plan import summarise
+from lakehouse.errors import CdcDecodeError
+
+MAX_BYTES = 1 << 20
+Record = tuple[bytes | None, bytes | None]
+
+
+def _compact(raw: bytes) -> bytes:
+    return json.dumps(json.loads(raw), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _python(records: Sequence[Record], start: Mapping[str, str]) -> list[dict[str, Any]]:
+    schemas = {table: parse_schema(text) for table, text in start.items()}
+    return [decode_record(v, k, max_bytes=MAX_BYTES, schemas=schemas) for k, v in records]
+
+
+def _own_schema(value: bytes | None) -> str | None:
+    """The text of a record's own Connect schema, as the Python decoder keeps it."""
+    try:
+        decoded = decode_message(value, max_bytes=MAX_BYTES)
+    except CdcDecodeError:
+        return None
+    schema = getattr(decoded, "schema", None)
+    return None if schema is None else schema.text
+
+
+def _raw(spark: Any, records: Sequence[Record]) -> Any:
+    rows = [(k, v, "cdc", 0, i) for i, (k, v) in enumerate(records)]
+    return (
+        spark.createDataFrame(
+            rows, "key binary, value binary, topic string, partition int, offset bigint"
+        )
+        .selectExpr("*", "current_timestamp() AS timestamp")
+        .coalesce(1)  # one partition: the stream order the Python reference decodes in
+    )
+
+
+def _learned(records: Sequence[Record]) -> WireSchemas:
+    wire = WireSchemas()
+    texts = []
+    for k, v in records:
+        texts.append(tuple(None if b is None else b.decode("utf-8", "replace") for b in (k, v)))
+    wire.learn_texts(texts)  # type: ignore[arg-type]
+    return wire
+
+
+def _rows(df: Any) -> list[dict[str, Any]]:
+    return [r.asDict() for r in sorted(df.collect(), key=lambda r: r["offset"])]
+
+
+_SHOWN = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timeZone": "UTC"}
+
+
+def _images(spark: Any, pairs: list[tuple[str, str | None, str | None]]) -> list[tuple[Any, Any]]:
+    """Both row images of each pair as Spark reads them into the columns' types."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    out = []
+    by_columns: dict[str, list[tuple[str | None, str | None]]] = {}
+    for columns, a, b in pairs:
+        by_columns.setdefault(columns, []).append((a, b))
+    for columns, texts in by_columns.items():
+        fields = [
+            StructField(n, StructType.fromDDL(f"x {t}").fields[0].dataType, True)
+            for n, t in json.loads(columns)
+            if "void" not in t
+        ]
+        schema = StructType(fields or [StructField("_", "string", True)])  # type: ignore[arg-type]
+        df = spark.createDataFrame(texts, "a string, b string")
+        # written back by Spark (Python's datetime cannot hold every timestamp Spark can)
+        shown = [F.to_json(F.from_json(c, schema), _SHOWN) for c in ("a", "b")]
+        out += [(r[0], r[1]) for r in df.select(*shown).collect()]
+    return out
+
+
+def _assert_same(
+    spark: Any,
+    got: list[dict[str, Any]],
+    want: list[dict[str, Any]],
+    what: str,
+    records: Sequence[Record],
+    schemas: Mapping[str, str],
+) -> None:
+    """Field by field; a record the JVM decoded names its schema by a mark (``''`` for its
+    table's at the start, else ``#hash``), which must be its own schema."""
+    assert len(got) == len(want)
+    images: list[tuple[str, str | None, str | None]] = []
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g["_kind"] is None:
+            continue  # not decoded on this path
+        for name in _OUT_FIELDS:
+            if name in ("_row_json", "_key_json"):
+                assert (g[name] is None) == (w[name] is None), (what, i, name, g, w)
+                columns = w["_row_columns"] if name == "_row_json" else None
+                if g[name] is not None:
+                    if columns is None:  # a key: its columns are names only
+                        columns = json.dumps([[c, "string"] for c in json.loads(w["_key_columns"])])
+                    images.append((columns, g[name], w[name]))
+            elif name == "_connect_schema" and g[name] is not None and g[name][:1] in ("", "#"):
+                mark = g[name] or g["_source_table"]
+                assert schemas[mark] == _own_schema(records[i][1]), (what, i, mark)
+            else:
+                assert g[name] == w[name], (what, i, name, g[name], w[name])
+    for a, b in _images(spark, images):
+        assert a == b, what
+
+
+def _three_ways(spark: Any, records: Sequence[Record], start: Mapping[str, str]) -> dict[str, int]:
+    """Decode all three ways and compare; returns how many records the JVM decoded."""
+    want = _python(records, start)
+    raw = _raw(spark, records)
+    wire = _learned(records)
+    schemas = {**start, **wire.marks()}  # what a mark names: a table's start schema, or a hash
+    fast = _rows(decode_fast(raw, wire, max_bytes=MAX_BYTES, start=start))
+    _assert_same(spark, fast, want, "jvm", records, schemas)
+    decoded = decode_raw(raw, max_record_bytes=MAX_BYTES, schemas=start, wire=wire)
+    try:
+        both = _rows(decoded)
+    finally:
+        decoded.unpersist()
+    assert all(r["_kind"] is not None for r in both)
+    _assert_same(spark, both, want, "ingest", records, schemas)
+    return {
+        "jvm": sum(r["_kind"] == "change" for r in fast),
+        "changes": sum(r["_kind"] == "change" for r in want),
+    }
+
+
+# --- the fixtures ----------------------------------------------------------------------------
+
+FIXTURE_BYTES = [p.read_bytes() for p in sorted((FIXTURES / "debezium").glob("*.json"))]
+
+
+def test_every_fixture_decodes_the_same_in_the_jvm_and_in_python(spark):
+    keys = [v for v in FIXTURE_BYTES if b'"payload"' in v and b'"op"' not in v]
+    records: list[Record] = []
+    for i, value in enumerate(FIXTURE_BYTES):
+        key = _compact(keys[i % len(keys)]) if keys and i % 3 else None
+        records += [(key, value), (key, _compact(value)), (None, _compact(value))]
+    counts = _three_ways(spark, records, {})
+    # at least the compact form (without a key) of every captured change event whose schema
+    # the JVM reads and whose fields are in their schema's order, as JsonConverter writes them
+    assert counts["jvm"] >= sum(_in_jvm(_compact(v)) for v in FIXTURE_BYTES) >= 12, counts
+
+
+def _in_jvm(value: bytes) -> bool:
+    found = schema_prefix(value.decode())
+    if found is None or compile_value(found[1]) is None:
+        return False
+    document = json.loads(value)
+    schema, payload = document["schema"], document["payload"]
+    ordered = list(payload) == [f["field"] for f in schema["fields"]]
+    python = decode_record(value, None, max_bytes=MAX_BYTES)
+    return ordered and python["_kind"] == "change"
+
+
+# --- Hypothesis envelopes ---------------------------------------------------------------------
+
+_I64 = 2**63
+_ZONED = st.one_of(
+    st.builds(
+        lambda y, mo, d, h, mi, s, frac, off: (
+            f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}{off}"
+        ),
+        st.integers(0, 9999),
+        st.integers(1, 12),
+        st.integers(1, 31),
+        st.integers(0, 23),
+        st.integers(0, 59),
+        st.integers(0, 59),
+        st.sampled_from(["", ".1", ".123456", ".123456789", ".5000000"]),
+        st.sampled_from(["Z", "+02:00", "-05:30", "+18:00", "+19:00", "-00:00"]),
+    ),
+    st.sampled_from(
+        ["2011-11-11 03:11:11Z", "2011-11-11t03:11:11Z", "2011-11-11T03:11Z", "x", "", "24:00"]
+    ),
+)
+
+
+def _decimal_bytes(n: int) -> str:
+    length = max(1, (n.bit_length() + 8) // 8)
+    return base64.b64encode(n.to_bytes(length, "big", signed=True)).decode()
+
+
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_PRECISE = {"type": "bytes", "name": _DECIMAL}
+
+#: column kind -> (Connect field schema without its name, usual JSON values, edge values)
+_KINDS: dict[str, tuple[dict[str, Any], Any, Any]] = {
+    "boolean": ({"type": "boolean"}, st.booleans(), st.just(1)),
+    "int8": ({"type": "int8"}, st.integers(-128, 127), st.sampled_from([-129, 128])),
+    "int16": ({"type": "int16"}, st.integers(-(2**15), 2**15 - 1), st.just(2**15)),
+    "int32": ({"type": "int32"}, st.integers(-(2**31), 2**31 - 1), st.sampled_from(["7", 2**31])),
+    "int64": ({"type": "int64"}, st.integers(-_I64, _I64 - 1), st.sampled_from([_I64, 1.5])),
+    "float": ({"type": "float"}, st.floats(width=32, allow_nan=False), st.just("NaN")),
+    "double": (
+        {"type": "double"},
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from(["NaN", "Infinity", "-Infinity", "+INF", 1e400]),
+    ),
+    "string": ({"type": "string"}, st.text(max_size=12), st.sampled_from([5, "\x00\u2028"])),
+    "json": (
+        {"type": "string", "name": "io.debezium.data.Json"},
+        st.just('{"a": [1]}'),
+        st.just({}),
+    ),
+    "bytes": (
+        {"type": "bytes"},
+        st.binary(max_size=9).map(lambda b: base64.b64encode(b).decode()),
+        st.sampled_from(["QR==", "Q", "Q===", "!!!!", "QQ"]),
+    ),
+    "date": (
+        {"type": "int32", "name": "io.debezium.time.Date"},
+        st.integers(-719_162, 2_932_896),
+        st.sampled_from([-719_163, 2_932_897, -(2**31)]),
+    ),
+    "ts": (
+        {"type": "int64", "name": "io.debezium.time.Timestamp"},
+        st.integers(-62_135_596_800_000, 253_402_300_799_999),
+        st.sampled_from([-62_135_596_800_001, 253_402_300_800_000, _I64 - 1]),
+    ),
+    "micro_ts": (
+        {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+        st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999),
+        st.sampled_from([-62_135_596_800_000_001, 253_402_300_800_000_000]),
+    ),
+    "nano_ts": (
+        {"type": "int64", "name": "io.debezium.time.NanoTimestamp"},
+        st.integers(-_I64, _I64 - 1),
+        st.just(-1),
+    ),
+    "zoned": ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, _ZONED, _ZONED),
+    "time": (
+        {"type": "int32", "name": "io.debezium.time.Time"},
+        st.integers(0, 86_399_999),
+        st.sampled_from([-1, 2**31 - 1]),
+    ),
+    "micro_time": (
+        {"type": "int64", "name": "io.debezium.time.MicroTime"},
+        st.integers(0, 86_399_999_999),
+        st.just(_I64 - 1),
+    ),
+    "nano_time": (
+        {"type": "int64", "name": "io.debezium.time.NanoTime"},
+        st.integers(0, 86_399_999_999_999),
+        st.sampled_from([-1, -_I64]),
+    ),
+    "decimal": (
+        {**_PRECISE, "parameters": {"scale": "3", "connect.decimal.precision": "12"}},
+        st.integers(-(10**12) + 1, 10**12 - 1).map(_decimal_bytes),
+        st.sampled_from([_decimal_bytes(10**12), _decimal_bytes(2**70), "AA==", "", 1.5]),
+    ),
+    "decimal0": (
+        {**_PRECISE, "parameters": {"scale": "0"}},
+        st.integers(-(2**63), 2**63 - 1).map(_decimal_bytes),
+        st.integers(-(2**80), 2**80).map(_decimal_bytes),
+    ),
+    "variable": (
+        {
+            "type": "struct",
+            "name": "io.debezium.data.VariableScaleDecimal",
+            "fields": [{"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}],
+        },
+        st.just({"scale": 2, "value": "AeI="}),
+        st.just({"scale": "x"}),
+    ),
+    "array": (
+        {"type": "array", "items": {"type": "int32"}},
+        st.lists(st.integers(0, 9)),
+        st.just(1),
+    ),
+}
+
+
+def _value(draw: st.DrawFn, kind: str) -> Any:
+    """A usual value, now and then NULL or an edge value (out of range, of another type)."""
+    _, usual, edge = _KINDS[kind]
+    roll = draw(st.integers(0, 15))
+    return None if roll == 0 else draw(edge) if roll == 1 else draw(usual)
+
+
+@st.composite
+def _envelope_schema(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    kinds = draw(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=5))
+    columns = [("id", "int32")] + [(f"c{i}_{k}", k) for i, k in enumerate(kinds)]
+    fields = [{**_KINDS[k][0], "optional": n != "id", "field": n} for n, k in columns]
+    fields[0] = {"type": "int32", "optional": False, "field": "id"}
+    row = {"type": "struct", "optional": True, "name": "db.t.Value", "fields": fields}
+    connector = draw(st.sampled_from(["postgresql", "mysql", "sqlserver", "mongodb"]))
+    source_fields = [
+        {"type": "string", "optional": False, "field": "version"},
+        {"type": "string", "optional": False, "field": "connector"},
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+        {"type": "string", "optional": True, "field": "snapshot"},
+        {"type": "string", "optional": False, "field": "db"},
+        {"type": "string", "optional": True, "field": "table"},
+    ]
+    if connector == "postgresql":
+        source_fields += [
+            {"type": "string", "optional": False, "field": "schema"},
+            {"type": "int64", "optional": True, "field": "lsn"},
+        ]
+    elif connector == "mysql":
+        source_fields += [
+            {"type": "string", "optional": False, "field": "file"},
+            {"type": "int64", "optional": False, "field": "pos"},
+            {"type": "int32", "optional": True, "field": "row"},
+        ]
+    elif connector == "sqlserver":
+        source_fields += [{"type": "string", "optional": True, "field": "commit_lsn"}]
+    envelope = [
+        {**row, "field": "before"},
+        {**row, "field": "after"},
+        {"type": "struct", "optional": False, "field": "source", "fields": source_fields},
+        {"type": "string", "optional": False, "field": "op"},
+        {"type": "int64", "optional": True, "field": "ts_ms"},
+    ]
+    if draw(st.booleans()):
+        envelope.append(
+            {
+                "type": "struct",
+                "optional": True,
+                "field": "transaction",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "id"},
+                    {"type": "int64", "optional": False, "field": "total_order"},
+                ],
+            }
+        )
+    schema = {"type": "struct", "optional": False, "name": "db.t.Envelope", "fields": envelope}
+    return schema, columns
+
+
+@st.composite
+def _payload(draw: st.DrawFn, schema: dict[str, Any], columns: list[tuple[str, str]]) -> Any:
+    def image() -> dict[str, Any] | None:
+        if draw(st.integers(0, 9)) == 0:
+            return None
+        image: dict[str, Any] = {"id": draw(st.integers(0, 5))}
+        for n, k in columns[1:]:
+            image[n] = _value(draw, k)
+        return image
+
+    op = draw(st.sampled_from(["r", "c", "c", "u", "u", "d", "t", "m"]))
+    source_names = [f["field"] for f in schema["fields"][2]["fields"]]
+    values = {
+        "version": "2.7.0.Final",
+        "connector": draw(
+            st.sampled_from(["postgresql", "postgresql", "mysql", "mariadb", "oracle", "x"])
+        ),
+        "ts_ms": draw(st.sampled_from([0, 1_700_000_000_000, -1, 2**62])),
+        "snapshot": draw(st.sampled_from(["true", "false", "false", "last", None, "bogus"])),
+        "db": "db",
+        "table": draw(st.sampled_from(["t", None])),
+        "schema": "public",
+        "lsn": draw(st.none() | st.integers(-5, 2**62)),
+        "file": draw(st.sampled_from(["mysql-bin.000003", "", "bin", "b.1" + "0" * 25])),
+        "pos": draw(st.integers(-1, 10_000)),
+        "row": draw(st.none() | st.integers(-1, 3)),
+        "commit_lsn": draw(st.none() | st.just("00000027:00000758:0003")),
+    }
+    payload: dict[str, Any] = {
+        "before": image() if op in ("d", "u") else None,
+        "after": image() if op in ("r", "c", "u") else None,
+        "source": {n: values[n] for n in source_names},
+        "op": op,
+        "ts_ms": draw(st.none() | st.integers(0, 1_800_000_000_000)),
+    }
+    if len(schema["fields"]) > 5:
+        payload["transaction"] = draw(st.none() | st.just({"id": "571:53195832", "total_order": 1}))
+    return payload
+
+
+_KEY_SCHEMA = {
+    "type": "struct",
+    "optional": False,
+    "name": "db.t.Key",
+    "fields": [{"type": "int32", "optional": False, "field": "id"}],
+}
+
+
+def _wire(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> list[Record]:
+    """Records of one or two schemas, mostly as JsonConverter writes them, some changed."""
+    schemas = [draw(_envelope_schema()) for _ in range(draw(st.integers(1, 2)))]
+    out: list[Record] = []
+    for _ in range(draw(st.integers(1, 20))):
+        schema, columns = draw(st.sampled_from(schemas))
+        payload = draw(_payload(schema, columns))
+        text = _wire({"schema": schema, "payload": payload})
+        how = draw(st.sampled_from(["wire"] * 12 + ["spaced", "extra", "twice", "tail", "bare"]))
+        if how == "spaced":
+            text = json.dumps({"schema": schema, "payload": payload}).encode()
+        elif how == "extra" and payload.get("after"):
+            payload["after"]["zz"] = 1
+            text = _wire({"schema": schema, "payload": payload})
+        elif how == "twice":
+            text = text[:-1] + b',"payload":null}'
+        elif how == "tail":
+            text += b" {}"
+        elif how == "bare":
+            text = _wire(payload)
+        key_id = (payload.get("after") or payload.get("before") or {}).get("id", 1)
+        key = draw(
+            st.sampled_from(
+                [
+                    None,
+                    b"",
+                    *[_wire({"schema": _KEY_SCHEMA, "payload": {"id": key_id}})] * 3,
+                    _wire({"id": key_id}),
+                    b"garbage",
+                ]
+            )
+        )
+        out.append((key, text if draw(st.integers(0, 19)) else None))
+    return out
+
+
+@given(records=_records())
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+def test_generated_envelopes_decode_the_same_in_the_jvm_and_in_python(spark, records):
+    _three_ways(spark, records, {})
+
+
+# --- stream order: schemas move on as the records go -----------------------------------------
+
+
+def _table_schema(extra: bool) -> dict[str, Any]:
+    fields = [{"type": "int32", "optional": False, "field": "id"}]
+    if extra:
+        fields.append({"type": "int64", "optional": True, "field": "n"})
+    row = {"type": "struct", "optional": True, "name": "db.t.Value", "fields": fields}
+    return {
+        "type": "struct",
+        "optional": False,
+        "name": "db.t.Envelope",
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            {
+                "type": "struct",
+                "optional": False,
+                "field": "source",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "connector"},
+                    {"type": "int64", "optional": False, "field": "ts_ms"},
+                    {"type": "string", "optional": False, "field": "db"},
+                    {"type": "string", "optional": False, "field": "schema"},
+                    {"type": "string", "optional": True, "field": "table"},
+                    {"type": "int64", "optional": True, "field": "lsn"},
+                ],
+            },
+            {"type": "string", "optional": False, "field": "op"},
+        ],
+    }
+
+
+def _change(i: int, extra: bool, wrapped: bool = True) -> bytes:
+    after: dict[str, Any] = {"id": i}
+    if extra:
+        after["n"] = 2**40 + i
+    source = {
+        "connector": "postgresql",
+        "ts_ms": 1_700_000_000_000 + i,
+        "db": "db",
+        "schema": "public",
+        "table": "t",
+        "lsn": 100 + i,
+    }
+    payload = {"after": after, "before": None, "source": source, "op": "c"}
+    payload = {k: payload[k] for k in ("before", "after", "source", "op")}
+    return _wire({"schema": _table_schema(extra), "payload": payload} if wrapped else payload)
+
+
+@pytest.mark.parametrize("start_extra", [None, False, True])
+def test_a_record_without_its_schema_is_read_with_the_schema_before_it_on_both_paths(
+    spark, start_extra
+):
+    """The JVM decodes the wrapped records; Python the payload-only ones, each with the newest
+    schema of its table before it in the stream (here, one the JVM decoded)."""
+    records: list[Record] = [
+        (None, _change(1, False)),
+        (None, _change(2, True)),
+        (None, _change(3, True, wrapped=False)),
+        (None, _change(4, False)),
+        (None, _change(5, False, wrapped=False)),
+    ]
+    start = {}
+    if start_extra is not None:
+        start = {"public.t": parse_schema(json.dumps(_table_schema(start_extra))).text}
+    counts = _three_ways(spark, records, start)
+    assert counts == {"jvm": 3, "changes": 5}
+    payload_only = _python(records, start)[2]
+    assert json.loads(payload_only["_row_columns"]) == [["id", "int"], ["n", "bigint"]]
+    # the schema kept for the next batch: the newest record's that had one (record 4's)
+    wire = _learned(records)
+    decoded = decode_raw(_raw(spark, records), schemas=start, wire=wire)
+    try:
+        newest = newest_in_batch(summarise(decoded)[0], start, wire.marks())
+    finally:
+        decoded.unpersist()
+    assert newest == {"public.t": parse_schema(json.dumps(_table_schema(False))).text}
