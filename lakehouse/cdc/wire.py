@@ -135,6 +135,8 @@ class WireEnvelope:
         envelope_fields: the envelope's own scalar fields (``op``, ``ts_ms``, ...) likewise.
         has_transaction: the envelope has a ``transaction`` struct.
         text: the schema as the Python decoder keeps it (:attr:`SchemaHandle.text`).
+        same_images: ``before`` and ``after`` have the same fields and types (as usual): a
+            record's one image is converted by one set of conversions.
     """
 
     payload_type: dict[str, Any]
@@ -144,6 +146,7 @@ class WireEnvelope:
     envelope_fields: dict[str, str]
     has_transaction: bool
     text: str
+    same_images: bool = False
 
 
 def wire_type(s: ConnectSchema) -> dict[str, Any] | str | None:
@@ -313,6 +316,7 @@ def compile_value(
         return None
     payload: list[tuple[str, Any]] = []
     images: dict[str, ImagePlan | None] = {"after": None, "before": None}
+    wires: dict[str, Any] = {}
     source: dict[str, str] = {}
     envelope: dict[str, str] = {}
     has_transaction = False
@@ -328,6 +332,7 @@ def compile_value(
             if image is None:
                 return None
             images[name] = image
+            wires[name] = wire
             payload.append((name, wire))
         elif name == "source":
             if f.type != "struct":
@@ -359,6 +364,9 @@ def compile_value(
         envelope_fields=envelope,
         has_transaction=has_transaction,
         text=handle.text,
+        same_images=images["after"] is not None
+        and images["after"] == images["before"]
+        and wires["after"] == wires["before"],
     )
 
 

@@ -47,7 +47,7 @@ from lakehouse.cdc.wire import (
 from lakehouse.dimension import layout as L
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, Observation
 
 __all__ = ["MAX_KNOWN", "WireSchemas", "decode_fast", "schema_mark"]
 
@@ -145,15 +145,26 @@ def _from_json(text: Column, payload_type: dict[str, Any]) -> Column:
     return F.from_json(text, wrapper, _JSON_OPTIONS)
 
 
-def _canonical(text: Column, prefix: str, parsed: Column) -> Column:
-    """The text is exactly ``prefix`` + the parsed payload written back + ``}``."""
+def _written_back(parsed: Column) -> Column:
+    """The parsed payload written back as JSON, and the wrapper's closing brace."""
     from pyspark.sql import functions as F
 
-    return parsed["_corrupt"].isNull() & (
-        text
-        == F.concat(
-            F.lit(prefix), F.to_json(parsed["payload"], {"ignoreNullFields": "false"}), F.lit("}")
-        )
+    return F.concat(F.to_json(parsed["payload"], {"ignoreNullFields": "false"}), F.lit("}"))
+
+
+def _canonical(text: Column, prefix: str, parsed: Column, written: Column) -> Column:
+    """The text is exactly ``prefix`` (known: the record starts with it) + ``written`` (the
+    parsed payload written back, :func:`_written_back`): compared in place, not copied."""
+    from pyspark.sql import functions as F
+
+    size = len(prefix.encode("utf-8"))
+    return (
+        parsed["_corrupt"].isNull()
+        & (F.octet_length(text) == F.octet_length(written) + size)
+        & text.endswith(written)
+        # a \uD800-\uDFFF escape makes the text differ from what Jackson writes back; this
+        # holds also if a Jackson version wrote a lone surrogate as its escape
+        & ~_surrogate(written)
     )
 
 
@@ -161,35 +172,30 @@ def _in(value: Column, lo: int, hi: int) -> Column:
     return value.isNull() | value.between(lo, hi)
 
 
-def _convert(w: Column, conversion: Conversion) -> tuple[Column, Column]:
-    """``(value, fits)`` of a wire value: the column's value, and whether the JVM converts it
-    exactly (NULL converts to NULL and fits). Every conversion is guarded by its check, so no
-    value can raise (ANSI mode)."""
+def _convert(w: Column, conversion: Conversion) -> Column:
+    """The column's value of a wire value ``w``, or NULL when the JVM does not convert it
+    exactly (so a non-NULL ``w`` with a NULL value leaves the record to Python). Every
+    conversion is guarded by its check, so no value can raise (ANSI mode)."""
     from pyspark.sql import functions as F
 
-    true = F.lit(True)
     if conversion == "same":
-        return w, true
+        return w
     if conversion == "base64":
-        ok = w.isNull() | (w.rlike(_BASE64) & (F.base64(F.unbase64(w)) == w))
-        return F.when(ok, F.unbase64(w)), ok
+        # the pattern leaves both decoders the same bytes (neither checks the unused bits)
+        return F.when(w.rlike(_BASE64), F.unbase64(w))
     if conversion == "date":
-        ok = _in(w, _MIN_DAY, _MAX_DAY)
-        return F.when(ok, F.date_from_unix_date(w)), ok
+        return F.when(w.between(_MIN_DAY, _MAX_DAY), F.date_from_unix_date(w))
     if conversion == "ts_millis":
-        ok = _in(w, MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS)
-        return F.when(ok, F.timestamp_millis(w)), ok
+        return F.when(w.between(MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS), F.timestamp_millis(w))
     if conversion == "ts_micros":
-        ok = _in(w, _MIN_MICROS, _MAX_MICROS)
-        return F.when(ok, F.timestamp_micros(w)), ok
+        return F.when(w.between(_MIN_MICROS, _MAX_MICROS), F.timestamp_micros(w))
     if conversion == "ts_nanos":
-        return F.timestamp_micros(_floor_1000(w)), true  # every long fits after the division
+        return F.timestamp_micros(_floor_1000(w))  # every long fits after the division
     if conversion == "time_millis":
         limit = (2**63 - 1) // 1000
-        ok = _in(w, -limit, limit)
-        return F.when(ok, w.cast("long") * 1000), ok
+        return F.when(w.between(-limit, limit), w.cast("long") * 1000)
     if conversion == "time_nanos":
-        return _floor_1000(w), true
+        return _floor_1000(w)
     if conversion == "zoned":
         return _zoned(w)
     _, precision, scale = conversion
@@ -203,60 +209,50 @@ def _floor_1000(w: Column) -> Column:
     return F.floor(w.cast("decimal(20,0)") / F.lit(1000)).cast("long")
 
 
-def _zoned(w: Column) -> tuple[Column, Column]:
+def _zoned(w: Column) -> Column:
     """ISO-8601 with an offset, as Debezium writes a ``ZonedTimestamp``; the fraction cut
-    to microseconds (not rounded), as the Python decoder does."""
+    to microseconds (not rounded), as the Python decoder does. The first and the last day of
+    years 1 to 9999 are left to Python (an offset can move them out of range)."""
     from pyspark.sql import functions as F
 
-    shaped = w.rlike(_ZONED) & ~w.startswith("0000")
+    shaped = (
+        w.rlike(_ZONED)
+        & ~w.startswith("0000")
+        & ~w.startswith("0001-01-01")
+        & ~w.startswith("9999-12-31")
+    )
     fraction = F.rpad(F.substring(F.regexp_extract(w, r"\.([0-9]+)", 1), 1, 6), 6, "0")
     offset = F.regexp_extract(w, r"(Z|[+-][0-9]{2}:[0-9]{2})$", 1)
     text = F.concat(F.substring(w, 1, 19), F.lit("."), fraction, offset)
-    parsed = F.when(shaped, F.try_to_timestamp(text, F.lit("yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")))
-    ok = w.isNull() | (
-        shaped & parsed.isNotNull() & F.unix_micros(parsed).between(_MIN_MICROS, _MAX_MICROS)
-    )
-    return F.when(ok, parsed), ok
+    return F.when(shaped, F.try_to_timestamp(text, F.lit("yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")))
 
 
-def _decimal(w: Column, precision: int, scale: int) -> tuple[Column, Column]:
+def _decimal(w: Column, precision: int, scale: int) -> Column:
     """Base64 of a big-endian two's-complement unscaled value (at most eight bytes) ->
-    ``decimal(precision, scale)``, exact: written out as decimal text and cast."""
+    ``decimal(precision, scale)``, exact: the unscaled value times ``10**-scale`` in decimal
+    arithmetic (at most 21 digits), then cast, NULL when it does not fit."""
+    from decimal import Decimal
+
     from pyspark.sql import functions as F
 
     raw = F.unbase64(w)
-    shaped = w.rlike(_BASE64) & (F.base64(raw) == w) & F.octet_length(raw).between(1, 8)
+    shaped = w.rlike(_BASE64) & F.octet_length(raw).between(1, 8)
     hexed = F.hex(raw)
     signed = F.lpad(hexed, 16, F.when(F.substring(hexed, 1, 1) >= "8", "F").otherwise("0"))
-    unscaled = F.conv(signed, 16, -10)
-    negative = unscaled.startswith("-")
-    magnitude = F.regexp_replace(unscaled, "^-", "")
-    # lpad cuts a longer text: pad only up to scale + 1 digits
-    digits = F.lpad(magnitude, F.greatest(F.length(magnitude), F.lit(scale + 1)), "0")
-    if scale == 0:
-        text = unscaled
-    else:
-        size = F.length(digits)
-        text = F.concat(
-            F.when(negative, F.lit("-")).otherwise(F.lit("")),
-            digits.substr(F.lit(1), size - scale),
-            F.lit("."),
-            digits.substr(size - scale + 1, F.lit(scale)),
-        )
-    value = F.when(shaped, text.try_cast(f"decimal({precision},{scale})"))
-    ok = w.isNull() | (shaped & value.isNotNull())
-    return F.when(ok, value), ok
+    unscaled = F.conv(signed, 16, -10).cast("decimal(19,0)")
+    value = unscaled * F.lit(Decimal(1).scaleb(-scale)) if scale else unscaled
+    return F.when(shaped, value.try_cast(f"decimal({precision},{scale})"))
 
 
-def _image(image: ImagePlan, struct: Column) -> tuple[Column, Column]:
-    """``(row JSON, fits)`` of a row image (NULL image: NULL JSON, fits)."""
+def _image(image: ImagePlan, struct: Column, converted: list[str]) -> tuple[Column, Column]:
+    """``(row JSON, fits)`` of a row image whose converted values are the columns
+    ``converted`` (NULL image: NULL JSON, fits)."""
     from pyspark.sql import functions as F
 
     values, fits = [], F.lit(True)
-    for name, conversion in image.columns:
-        value, ok = _convert(struct[name], conversion)
-        values.append(value.alias(name))
-        fits = fits & ok
+    for (name, _), column in zip(image.columns, converted, strict=True):
+        values.append(F.col(column).alias(name))
+        fits = fits & (struct[name].isNull() | F.col(column).isNotNull())
     row = F.when(struct.isNotNull(), F.to_json(F.struct(*values), _ROW_JSON_OPTIONS))
     return row, struct.isNull() | fits
 
@@ -326,26 +322,26 @@ def _source_table(source: Column, fields: Mapping[str, str]) -> Column:
     return F.when(table.isNotNull(), F.concat_ws(".", prefix, table))
 
 
-#: The fields of a fast decode's output struct, in :data:`DECODED_DDL` order.
-_OUT: Final = (
-    "_op",
-    "_source_table",
-    "_snapshot_phase",
-    "_event_time_ms",
-    "_seq",
-    "_row_json",
-    "_row_columns",
-    "_connect_schema",
-)
+def _converted(name: str, image: ImagePlan) -> list[str]:
+    """The names of the columns that hold an image's converted values."""
+    return [f"{name}_{i}" for i in range(len(image.columns))]
+
+
+def _conversions(name: str, image: ImagePlan, struct: Column) -> list[Column]:
+    return [
+        _convert(struct[column], conversion).alias(alias)
+        for (column, conversion), alias in zip(image.columns, _converted(name, image), strict=True)
+    ]
 
 
 def _value_output(
-    prefix: str, envelope: WireEnvelope, parsed: Column, start: Mapping[str, str]
-) -> Column:
-    """The decoded fields of records of one value schema, and ``ok``."""
+    i: int, envelope: WireEnvelope, start: Mapping[str, str]
+) -> tuple[dict[str, Column], Column]:
+    """The decoded fields of records of value schema ``i``, and whether the JVM decodes the
+    record exactly."""
     from pyspark.sql import functions as F
 
-    payload = parsed["payload"]
+    payload = F.col(f"_v{i}")["payload"]
     op = payload["op"]
     source = payload["source"] if envelope.source_fields else F.lit(None)
     fields = envelope.source_fields
@@ -358,22 +354,20 @@ def _value_output(
     seq, seq_ok = _position(source, fields)
     row_op = op.isin("r", "c", "u")
     empty = F.lit("[]")
-    if envelope.after is not None:
-        after, after_ok = _image(envelope.after, payload["after"])
-        after_ok = payload["after"].isNotNull() & after_ok
-        after_columns = F.lit(envelope.after.row_columns)
+    if envelope.same_images and envelope.after is not None:
+        image = F.col(f"_v{i}image")
+        row, fits = _image(envelope.after, image, _converted(f"_v{i}i", envelope.after))
+        columns = F.lit(envelope.after.row_columns)
+        image_ok = F.when(row_op, image.isNotNull() & fits).when(op == "d", fits)
+        image_ok = image_ok.otherwise(F.lit(True))
+        row_json = F.when(row_op | (op == "d"), row)
+        row_columns = (
+            F.when(row_op, columns).when((op == "d") & image.isNotNull(), columns).otherwise(empty)
+        )
     else:
-        after, after_ok, after_columns = F.lit(None), F.lit(False), empty
-    if envelope.before is not None:
-        before, before_ok = _image(envelope.before, payload["before"])
-        before_columns = F.when(
-            payload["before"].isNotNull(), F.lit(envelope.before.row_columns)
-        ).otherwise(empty)
-    else:
-        before, before_ok, before_columns = F.lit(None), F.lit(True), empty
-    image_ok = F.when(row_op, after_ok).when(op == "d", before_ok).otherwise(F.lit(True))
+        image_ok, row_json, row_columns = _images(i, envelope, payload, op)
     ok = (
-        _canonical(F.col("_text"), prefix, parsed)
+        F.col(f"_v{i}canonical")
         & op.isin("r", "c", "u", "d", "t")
         & image_ok
         & snapshot_ok
@@ -386,32 +380,65 @@ def _value_output(
     schema = F.when(table.isin(*same), F.lit("")).when(
         table.isNotNull(), F.lit(schema_mark(envelope.text))
     )
-    return F.struct(
-        op.alias("_op"),
-        table.alias("_source_table"),
-        snapshot.alias("_snapshot_phase"),
-        event_time.alias("_event_time_ms"),
-        seq.alias("_seq"),
-        F.when(row_op, after).when(op == "d", before).alias("_row_json"),
-        F.when(row_op, after_columns)
-        .when(op == "d", before_columns)
-        .otherwise(empty)
-        .alias("_row_columns"),
-        schema.alias("_connect_schema"),
-        F.coalesce(ok, F.lit(False)).alias("ok"),
-    )
+    fields = {
+        "_op": op,
+        "_source_table": table,
+        "_snapshot_phase": snapshot,
+        "_event_time_ms": event_time,
+        "_seq": seq,
+        "_row_json": row_json,
+        "_row_columns": row_columns,
+        "_connect_schema": schema,
+    }
+    return fields, F.coalesce(ok, F.lit(False))
 
 
-def _key_output(key: WireKey, parsed: Column, prefix: str) -> Column:
+def _chosen(payload: Column) -> Column:
+    """The row image a record carries: ``before`` for a delete, else ``after``."""
     from pyspark.sql import functions as F
 
-    row, fits = _image(key.image, parsed["payload"])
-    ok = _canonical(F.col("_key_text"), prefix, parsed) & parsed["payload"].isNotNull() & fits
-    return F.struct(
-        row.alias("_key_json"),
-        F.lit(key.image.row_columns).alias("_key_columns"),
-        F.coalesce(ok, F.lit(False)).alias("ok"),
-    )
+    return F.when(payload["op"] == "d", payload["before"]).otherwise(payload["after"])
+
+
+def _images(
+    i: int, envelope: WireEnvelope, payload: Column, op: Column
+) -> tuple[Column, Column, Column]:
+    """``(image ok, row JSON, row columns)`` when ``before`` and ``after`` differ in type."""
+    from pyspark.sql import functions as F
+
+    row_op = op.isin("r", "c", "u")
+    empty = F.lit("[]")
+    if envelope.after is not None:
+        after, after_ok = _image(
+            envelope.after, payload["after"], _converted(f"_v{i}a", envelope.after)
+        )
+        after_ok = payload["after"].isNotNull() & after_ok
+        after_columns = F.lit(envelope.after.row_columns)
+    else:
+        after, after_ok, after_columns = F.lit(None), F.lit(False), empty
+    if envelope.before is not None:
+        before, before_ok = _image(
+            envelope.before, payload["before"], _converted(f"_v{i}b", envelope.before)
+        )
+        before_columns = F.when(
+            payload["before"].isNotNull(), F.lit(envelope.before.row_columns)
+        ).otherwise(empty)
+    else:
+        before, before_ok, before_columns = F.lit(None), F.lit(True), empty
+    image_ok = F.when(row_op, after_ok).when(op == "d", before_ok).otherwise(F.lit(True))
+    row_json = F.when(row_op, after).when(op == "d", before)
+    row_columns = F.when(row_op, after_columns).when(op == "d", before_columns).otherwise(empty)
+    return image_ok, row_json, row_columns
+
+
+def _key_output(j: int, key: WireKey) -> tuple[dict[str, Column], Column]:
+    from pyspark.sql import functions as F
+
+    payload = F.col(f"_k{j}")["payload"]
+    row, fits = _image(key.image, payload, _converted(f"_k{j}k", key.image))
+    ok = F.col(f"_k{j}canonical") & payload.isNotNull() & fits
+    fields = {"_key_json": row, "_key_columns": F.lit(key.image.row_columns)}
+    return fields, F.coalesce(ok, F.lit(False))
 
 
 def _surrogate(text: Column) -> Column:
@@ -419,14 +446,21 @@ def _surrogate(text: Column) -> Column:
 
 
 def decode_fast(
-    raw: DataFrame, wire: WireSchemas, *, max_bytes: int, start: Mapping[str, str]
+    raw: DataFrame,
+    wire: WireSchemas,
+    *,
+    max_bytes: int,
+    start: Mapping[str, str],
+    observation: Observation | None = None,
 ) -> DataFrame:
     """The :data:`~lakehouse.dimension.decode.DECODED_DDL` columns of every raw record, decoded
     in the JVM where that is exact; the others have a NULL ``_kind`` (see the module
     docstring). ``start``: the tables' Connect schema texts at the start of the batch. Each
     change record says its schema in ``_connect_schema``: ``''`` when it is its table's
     ``start`` schema, else :func:`schema_mark` of it (the Python decoder writes the text, and
-    only where a partition's records move to another schema)."""
+    only where a partition's records move to another schema). ``observation``: receives
+    ``jvm_values``, the records whose value the JVM decoded, once the result is computed."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     values = [(p, w) for p, w in wire.values.items() if w is not None]
@@ -435,7 +469,7 @@ def decode_fast(
     key_text = F.col("key").cast("string")
     sid = F.lit(None).cast("int")
     if values:
-        usable = (F.octet_length("value") <= max_bytes) & ~_surrogate(text)
+        usable = F.octet_length("value") <= max_bytes
         branches = F.when(text.startswith(values[0][0]), F.lit(0))
         for i, (prefix, _) in enumerate(values[1:], start=1):
             branches = branches.when(text.startswith(prefix), F.lit(i))
@@ -445,7 +479,7 @@ def decode_fast(
         branches = F.when(key_text.startswith(keys[0][0]), F.lit(0))
         for j, (prefix, _) in enumerate(keys[1:], start=1):
             branches = branches.when(key_text.startswith(prefix), F.lit(j))
-        kid = F.when((F.octet_length("key") <= max_bytes) & ~_surrogate(key_text), branches)
+        kid = F.when(F.octet_length("key") <= max_bytes, branches)
     # each step a projection of its own: a parse is evaluated once per record, only for
     # the records of its schema
     staged = raw.select(
@@ -455,63 +489,127 @@ def decode_fast(
         key_text.alias("_key_text"),
         kid.alias("_kid"),
     )
+    # Each step is a projection of its own, so that each parse runs once per record, only for
+    # the records of its schema. A parse (from_json) is evaluated outside Spark's generated
+    # code; putting the key's between the value's work and the rest keeps each generated
+    # method small enough for the JVM to compile (HotSpot leaves methods over 8000 bytes
+    # interpreted).
     staged = staged.select(
         "*",
         *[
             F.when(F.col("_sid") == i, _from_json(F.col("_text"), w.payload_type)).alias(f"_v{i}")
             for i, (_, w) in enumerate(values)
         ],
+    )
+    staged = staged.select(
+        "*",
+        *[
+            _chosen(F.col(f"_v{i}")["payload"]).alias(f"_v{i}image")
+            for i, (_, w) in enumerate(values)
+            if w.same_images
+        ],
+    )
+    converted: list[Column] = []
+    for i, (_, w) in enumerate(values):
+        payload = F.col(f"_v{i}")["payload"]
+        converted.append(_written_back(F.col(f"_v{i}")).alias(f"_v{i}written"))
+        if w.same_images and w.after is not None:
+            converted += _conversions(f"_v{i}i", w.after, F.col(f"_v{i}image"))
+            continue
+        if w.after is not None:
+            converted += _conversions(f"_v{i}a", w.after, payload["after"])
+        if w.before is not None:
+            converted += _conversions(f"_v{i}b", w.before, payload["before"])
+    staged = staged.select("*", *converted)
+    # Spark fuses a chain of projections into one generated method, and HotSpot leaves a
+    # method of over 8000 bytes of bytecode interpreted (several times slower). Collecting a
+    # metric is not fused: here it cuts the chain in parts the JVM compiles.
+    staged = staged.observe(Observation(), F.count(F.lit(1)).alias("records"))
+    staged = staged.select(
+        "*",
+        *[
+            _canonical(F.col("_text"), prefix, F.col(f"_v{i}"), F.col(f"_v{i}written")).alias(
+                f"_v{i}canonical"
+            )
+            for i, (prefix, _) in enumerate(values)
+        ],
+    )
+    sid, kid = F.col("_sid"), F.col("_kid")
+    value_outputs = [_value_output(i, w, start) for i, (_, w) in enumerate(values)]
+    value_ok = F.coalesce(
+        *[F.when(sid == i, ok) for i, (_, ok) in enumerate(value_outputs)], F.lit(False)
+    )
+    staged = staged.select("*", value_ok.alias("_value_ok"))
+    # (the records whose value the JVM decodes; and a second cut)
+    staged = staged.observe(
+        Observation() if observation is None else observation,
+        F.count_if(F.col("_value_ok")).alias("jvm_values"),
+    )
+    staged = staged.select(
+        "*",
         *[
             F.when(F.col("_kid") == j, _from_json(F.col("_key_text"), k.key_type)).alias(f"_k{j}")
             for j, (_, k) in enumerate(keys)
         ],
     )
-    value_out = F.coalesce(
-        *[
-            F.when(F.col("_sid") == i, _value_output(p, w, F.col(f"_v{i}"), start))
-            for i, (p, w) in enumerate(values)
-        ],
-        F.lit(None).cast(_value_struct()),
-    )
-    key_out = F.coalesce(
-        *[
-            F.when(F.col("_kid") == j, _key_output(k, F.col(f"_k{j}"), p))
-            for j, (p, k) in enumerate(keys)
-        ],
-        F.lit(None).cast("struct<_key_json:string,_key_columns:string,ok:boolean>"),
-    )
+    converted = []
+    for j, (prefix, k) in enumerate(keys):
+        parsed = F.col(f"_k{j}")
+        converted.append(
+            _canonical(F.col("_key_text"), prefix, parsed, _written_back(parsed)).alias(
+                f"_k{j}canonical"
+            )
+        )
+        converted += _conversions(f"_k{j}k", k.image, parsed["payload"])
+    staged = staged.select("*", *converted)
+    key_outputs = [_key_output(j, k) for j, (_, k) in enumerate(keys)]
     no_key = (
         F.col("key").isNull() | (F.octet_length("key") == 0) | (F.octet_length("key") > max_bytes)
     )
-    staged = staged.select(
-        *_RAW, value_out.alias("_out"), key_out.alias("_kout"), no_key.alias("_no_key")
+    key_ok = no_key | F.coalesce(
+        *[F.when(kid == j, ok) for j, (_, ok) in enumerate(key_outputs)], F.lit(False)
     )
     tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
-    fast = F.coalesce(F.col("_out.ok"), F.lit(False)) & (
-        F.col("_no_key") | F.coalesce(F.col("_kout.ok"), F.lit(False))
+    # whether a record is decoded here, once per record; then each field of its schema's
+    staged = staged.select(
+        "*",
+        (F.col("_value_ok") & key_ok & ~tombstone).alias("_fast"),
+        tombstone.alias("_tombstone"),
+        no_key.alias("_no_key"),
     )
+    fast = F.col("_fast")
+
+    def field(name: str, outputs: list[tuple[dict[str, Column], Column]], by: Column) -> Column:
+        picked = [F.when(by == n, fields[name]) for n, (fields, _) in enumerate(outputs)]
+        return F.coalesce(*picked) if picked else F.lit(None)
+
     return staged.select(
-        F.when(tombstone, F.lit("tombstone")).when(fast, F.lit("change")).alias("_kind"),
+        F.when(F.col("_tombstone"), F.lit("tombstone")).when(fast, F.lit("change")).alias("_kind"),
         F.lit(None).cast("string").alias("_error_kind"),
         F.lit(None).cast("string").alias("_error"),
-        *[F.when(fast & ~tombstone, F.col(f"_out.{name}")).alias(name) for name in _OUT[:5]],
-        F.when(fast & ~tombstone, F.col("_out._row_json")).alias("_row_json"),
-        F.when(fast & ~tombstone, F.col("_out._row_columns")).alias("_row_columns"),
-        F.when(fast & ~tombstone & ~F.col("_no_key"), F.col("_kout._key_json")).alias("_key_json"),
-        F.when(fast & ~tombstone, F.coalesce(F.col("_kout._key_columns"), F.lit("[]"))).alias(
-            "_key_columns"
-        ),
+        *[
+            F.when(fast, field(name, value_outputs, sid)).alias(name)
+            for name in ("_op", "_source_table", "_snapshot_phase")
+        ],
+        F.when(fast, field("_event_time_ms", value_outputs, sid))
+        .cast("bigint")
+        .alias("_event_time_ms"),
+        *[
+            F.when(fast, field(name, value_outputs, sid)).cast("string").alias(name)
+            for name in ("_seq", "_row_json", "_row_columns")
+        ],
+        F.when(fast & ~F.col("_no_key"), field("_key_json", key_outputs, kid))
+        .cast("string")
+        .alias("_key_json"),
+        F.when(
+            fast, F.coalesce(field("_key_columns", key_outputs, kid).cast("string"), F.lit("[]"))
+        ).alias("_key_columns"),
         F.lit(None).cast("string").alias("_schema_change"),
-        F.when(fast & ~tombstone, F.col("_out._connect_schema")).alias("_connect_schema"),
+        F.when(fast, field("_connect_schema", value_outputs, sid))
+        .cast("string")
+        .alias("_connect_schema"),
         *_RAW,
     )
 
 
 _RAW: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
-
-
-def _value_struct() -> str:
-    return (
-        "struct<_op:string,_source_table:string,_snapshot_phase:string,_event_time_ms:bigint,"
-        "_seq:string,_row_json:string,_row_columns:string,_connect_schema:string,ok:boolean>"
-    )
