@@ -209,13 +209,19 @@ def _image(s: ConnectSchema, plan: StructPlan, reserved: frozenset[str]) -> Imag
         return None
     if any(name.casefold() in reserved for name in plan.column_names):
         return None
+    columns = _conversions(s, plan)
+    return None if columns is None else ImagePlan(columns, json.dumps(list(plan.columns)))
+
+
+def _conversions(s: ConnectSchema, plan: StructPlan) -> tuple[tuple[str, Conversion], ...] | None:
+    """Each column's conversion, or None when the JVM does not convert one of them."""
     columns: list[tuple[str, Conversion]] = []
     for f, (name, spark_type) in zip(s.fields or (), plan.columns, strict=True):
         conversion = _conversion(f, spark_type)
         if conversion is None:
             return None
         columns.append((name, conversion))
-    return ImagePlan(tuple(columns), json.dumps(list(plan.columns)))
+    return tuple(columns)
 
 
 def _image_wire(s: ConnectSchema) -> dict[str, Any] | None:
@@ -408,12 +414,7 @@ def compile_key(schema_text: str) -> WireKey | None:
     if plan is None or s.type != "struct":
         return None
     wire = _image_wire(s)
-    if wire is None:
+    columns = _conversions(s, plan)
+    if wire is None or columns is None:
         return None
-    columns: list[tuple[str, Conversion]] = []
-    for f, (name, spark_type) in zip(s.fields or (), plan.columns, strict=True):
-        conversion = _conversion(f, spark_type)
-        if conversion is None:
-            return None
-        columns.append((name, conversion))
-    return WireKey(wire, ImagePlan(tuple(columns), json.dumps(list(plan.column_names))))
+    return WireKey(wire, ImagePlan(columns, json.dumps(list(plan.column_names))))
