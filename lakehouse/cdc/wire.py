@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, get_args
 from lakehouse.cdc._parse import parse_schema, schema_prefix
 from lakehouse.cdc.models import ConnectSchema, SourceInfo, TransactionBlock
 from lakehouse.cdc.schema import (
+    _PHYSICAL,
     SchemaHandle,
     StructPlan,
     check_columns,
@@ -185,19 +186,10 @@ def _conversion(s: ConnectSchema, spark_type: str) -> Conversion | None:
     return "base64" if s.type == "bytes" else "same"
 
 
-#: The column type of each physical type the JVM reads as it is.
+#: The column type of each physical type the JVM reads as it is: the Python decoder's, but
+#: for structs and maps (which it keeps as JSON text).
 _TYPE_OF_PHYSICAL: Final = {
-    "boolean": "boolean",
-    "int8": "tinyint",
-    "int16": "smallint",
-    "int32": "int",
-    "int64": "bigint",
-    "float": "float",
-    "float32": "float",
-    "double": "double",
-    "float64": "double",
-    "string": "string",
-    "bytes": "binary",
+    name: spark_type for name, (_, spark_type) in _PHYSICAL.items() if name not in ("struct", "map")
 }
 
 

@@ -217,6 +217,7 @@ def _complete_batches(
         # per Spark partition, in its order: each starts from the table's recorded schemas
         schemas: dict[str, SchemaHandle] = {}
         starts: dict[str, SchemaHandle] = {}
+        marked: dict[str, SchemaHandle] = {}  # by mark, parsed when first met
         for table, text in schema_texts.items():
             with contextlib.suppress(CdcDecodeError):  # kept texts were whole schemas
                 starts[table] = schemas[table] = parse_schema(text)
@@ -240,8 +241,9 @@ def _complete_batches(
                             schemas[table] = starts[table]
                     elif text in texts:
                         with contextlib.suppress(CdcDecodeError):
-                            full = texts[text]
-                            schemas[table] = _SCHEMA_CACHE.get(full) or _cached(full)
+                            if text not in marked:
+                                marked[text] = parse_schema(texts[text])
+                            schemas[table] = marked[text]
             arrays = [
                 pa.array(columns[n], pa.int64() if n == "_event_time_ms" else pa.string())
                 for n in _OUT_FIELDS
@@ -250,18 +252,6 @@ def _complete_batches(
             yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS])
 
     return run
-
-
-#: Schemas the JVM-decoded records moved their tables on to, by text (per Python worker).
-_SCHEMA_CACHE: dict[str, SchemaHandle] = {}
-
-
-def _cached(text: str) -> SchemaHandle:
-    handle = parse_schema(text)
-    if len(_SCHEMA_CACHE) > 64:
-        _SCHEMA_CACHE.clear()
-    _SCHEMA_CACHE[text] = handle
-    return handle
 
 
 def decode_raw(

@@ -36,6 +36,7 @@ from lakehouse.cdc.decode import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 from lakehouse.cdc.models import SNAPSHOT_PHASES
 from lakehouse.cdc.seq import SEQ_COMPONENT_WIDTH
 from lakehouse.cdc.wire import (
+    MAX_FAST_DECIMAL_BYTES,
     Conversion,
     ImagePlan,
     WireEnvelope,
@@ -236,7 +237,7 @@ def _decimal(w: Column, precision: int, scale: int) -> Column:
     from pyspark.sql import functions as F
 
     raw = F.unbase64(w)
-    shaped = w.rlike(_BASE64) & F.octet_length(raw).between(1, 8)
+    shaped = w.rlike(_BASE64) & F.octet_length(raw).between(1, MAX_FAST_DECIMAL_BYTES)
     hexed = F.hex(raw)
     signed = F.lpad(hexed, 16, F.when(F.substring(hexed, 1, 1) >= "8", "F").otherwise("0"))
     unscaled = F.conv(signed, 16, -10).cast("decimal(19,0)")
