@@ -67,19 +67,21 @@ def cdc_batches() -> list[list[str]]:
     t = DebeziumTable("public", "rates", key="currency", start_ms=START_MS)
     snap = t.snapshot([{"currency": c, "rate": "1.0"} for c in ("EUR", "GBP", "JPY", "CHF")])
     t.advance(60_000)
-    wide = with_rate_schema(
-        t.update({"currency": "JPY", "rate": "1234567890.1234"}),
-        type="bytes",
-        name="org.apache.kafka.connect.data.Decimal",
-        version=1,
-        parameters={"scale": "4", "connect.decimal.precision": "16"},
-    )
     log = [
         t.update({"currency": "EUR", "rate": "1.1"}),
         *t.delete("GBP"),
         t.insert({"currency": "GBP", "rate": "1.3"}),
-        wide,
     ]
+    # the newest record, with a schema of its own: the table's newest schema from here on
+    log.append(
+        with_rate_schema(
+            t.update({"currency": "JPY", "rate": "1234567890.1234"}),
+            type="bytes",
+            name="org.apache.kafka.connect.data.Decimal",
+            version=1,
+            parameters={"scale": "4", "connect.decimal.precision": "16"},
+        )
+    )
     t.advance(60_000)
     again = t.snapshot([{"currency": c, "rate": "2.0"} for c in ("EUR", "JPY", "CHF")])
     t.advance(60_000)

@@ -38,7 +38,7 @@ from lakehouse.cdc import (
 )
 from lakehouse.cdc import row_to_json as _row_to_json
 from lakehouse.dimension import layout as L
-from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, decode_fast
+from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, decode_fast, schema_mark
 from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
@@ -87,8 +87,9 @@ def decode_record(
 
     ``schemas``: the newest Connect schema per source table so far, in stream order (see
     :mod:`lakehouse.dimension.connect_schemas`): a change event without a schema is read with
-    its table's, and one with a schema other than its table's moves the table on to it (and
-    writes its text in ``_connect_schema``, so the driver learns it); updated in place.
+    its table's, and one with a schema moves its table on to it and writes the schema's text
+    in ``_connect_schema`` (the driver keeps the schema of each table's newest record);
+    updated in place.
 
     >>> decode_record(b'{"op": "t", "ts_ms": 5, "source": {"ts_ms": 4}}', None,
     ...               max_bytes=1024)["_op"]
@@ -139,9 +140,7 @@ def decode_record(
         table = decoded.source_table
         own = decoded.schema if not decoded.schema_given else None
         if schemas is not None and own is not None and table is not None:
-            known = schemas.get(table)
-            if known is None or (known is not own and known.text != own.text):
-                out["_connect_schema"] = own.text
+            out["_connect_schema"] = own.text
             schemas[table] = own
     elif isinstance(decoded, Tombstone):
         out["_kind"] = "tombstone"
@@ -208,7 +207,9 @@ def _complete_batches(
     ``_kind``), in stream order; the records it decoded pass through, moving their table on
     to their schema as they go (a later record without a schema is read with it). ``marks``:
     the schema texts of the JVM's ``_connect_schema`` marks
-    (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`)."""
+    (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`). A record decoded here says
+    its schema as the JVM says it where it can: ``''`` for its table's schema at the start of
+    the batch, the mark of one the JVM knows, else the text."""
     texts = dict(marks or {})
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -231,6 +232,12 @@ def _complete_batches(
                     decoded = decode_record(
                         values[i], keys[i], max_bytes=max_bytes, schemas=schemas
                     )
+                    text = decoded["_connect_schema"]
+                    if text is not None:  # said as the JVM says it, where it can be
+                        if text == schema_texts.get(decoded["_source_table"]):
+                            decoded["_connect_schema"] = ""
+                        elif schema_mark(text) in texts:
+                            decoded["_connect_schema"] = schema_mark(text)
                     for name in _OUT_FIELDS:
                         columns[name][i] = decoded[name]
                     continue
