@@ -75,6 +75,11 @@ _ZONED: Final = (
 )
 
 
+#: One step of the decode: a projection (``select``), or a metric collected there
+#: (``records``, ``jvm_values``; each a new :class:`~pyspark.sql.Observation` per batch).
+_Step = tuple[str, tuple[Any, ...]]
+
+
 @dataclass
 class WireSchemas:
     """The Connect schemas the JVM decode knows, by their records' prefix text; learned from
@@ -84,6 +89,9 @@ class WireSchemas:
 
     values: OrderedDict[str, WireEnvelope | None] = field(default_factory=OrderedDict)
     keys: OrderedDict[str, WireKey | None] = field(default_factory=OrderedDict)
+    #: The decode's projections built for the schemas known last (:func:`decode_fast`), with
+    #: what they were built for.
+    plan: tuple[Any, tuple[_Step, ...]] | None = field(default=None, repr=False, compare=False)
 
     def learn_texts(self, records: Iterable[tuple[str | None, str | None]]) -> None:
         """Learn the schemas of ``(key, value)`` record texts (each compiled once; a schema
@@ -462,10 +470,40 @@ def decode_fast(
     only where a partition's records move to another schema). ``observation``: receives
     ``jvm_values``, the records whose value the JVM decoded, once the result is computed."""
     from pyspark.sql import Observation
-    from pyspark.sql import functions as F
 
     values = [(p, w) for p, w in wire.values.items() if w is not None]
     keys = [(p, k) for p, k in wire.keys.items() if k is not None]
+    shape = (
+        tuple(p for p, _ in values),
+        tuple(p for p, _ in keys),
+        max_bytes,
+        tuple(tuple(sorted(t for t, text in start.items() if text == w.text)) for _, w in values),
+    )
+    if wire.plan is None or wire.plan[0] != shape:
+        # built once per set of known schemas, not per batch: thousands of py4j calls
+        wire.plan = (shape, _decode_steps(values, keys, max_bytes=max_bytes, start=start))
+    df = raw
+    for kind, columns in wire.plan[1]:
+        if kind == "select":
+            df = df.select(*columns)
+        elif kind == "jvm_values" and observation is not None:
+            df = df.observe(observation, *columns)
+        else:
+            df = df.observe(Observation(), *columns)
+    return df
+
+
+def _decode_steps(
+    values: list[tuple[str, WireEnvelope]],
+    keys: list[tuple[str, WireKey]],
+    *,
+    max_bytes: int,
+    start: Mapping[str, str],
+) -> tuple[_Step, ...]:
+    """The decode's projections for these known schemas (see :func:`decode_fast`)."""
+    from pyspark.sql import functions as F
+
+    steps: list[_Step] = []
     text = F.col("value").cast("string")
     key_text = F.col("key").cast("string")
     sid = F.lit(None).cast("int")
@@ -481,9 +519,11 @@ def decode_fast(
         for j, (prefix, _) in enumerate(keys[1:], start=1):
             branches = branches.when(key_text.startswith(prefix), F.lit(j))
         kid = F.when(F.octet_length("key") <= max_bytes, branches)
-    # each step a projection of its own: a parse is evaluated once per record, only for
-    # the records of its schema
-    staged = raw.select(
+
+    def select(*columns: Any) -> None:
+        steps.append(("select", columns))
+
+    select(
         *_RAW,
         text.alias("_text"),
         sid.alias("_sid"),
@@ -495,14 +535,14 @@ def decode_fast(
     # code; putting the key's between the value's work and the rest keeps each generated
     # method small enough for the JVM to compile (HotSpot leaves methods over 8000 bytes
     # interpreted).
-    staged = staged.select(
+    select(
         "*",
         *[
             F.when(F.col("_sid") == i, _from_json(F.col("_text"), w.payload_type)).alias(f"_v{i}")
             for i, (_, w) in enumerate(values)
         ],
     )
-    staged = staged.select(
+    select(
         "*",
         *[
             _chosen(F.col(f"_v{i}")["payload"]).alias(f"_v{i}image")
@@ -521,12 +561,12 @@ def decode_fast(
             converted += _conversions(f"_v{i}a", w.after, payload["after"])
         if w.before is not None:
             converted += _conversions(f"_v{i}b", w.before, payload["before"])
-    staged = staged.select("*", *converted)
+    select("*", *converted)
     # Spark fuses a chain of projections into one generated method, and HotSpot leaves a
     # method of over 8000 bytes of bytecode interpreted (several times slower). Collecting a
     # metric is not fused: here it cuts the chain in parts the JVM compiles.
-    staged = staged.observe(Observation(), F.count(F.lit(1)).alias("records"))
-    staged = staged.select(
+    steps.append(("records", (F.count(F.lit(1)).alias("records"),)))
+    select(
         "*",
         *[
             _canonical(F.col("_text"), prefix, F.col(f"_v{i}"), F.col(f"_v{i}written")).alias(
@@ -540,13 +580,10 @@ def decode_fast(
     value_ok = F.coalesce(
         *[F.when(sid == i, ok) for i, (_, ok) in enumerate(value_outputs)], F.lit(False)
     )
-    staged = staged.select("*", value_ok.alias("_value_ok"))
+    select("*", value_ok.alias("_value_ok"))
     # (the records whose value the JVM decodes; and a second cut)
-    staged = staged.observe(
-        Observation() if observation is None else observation,
-        F.count_if(F.col("_value_ok")).alias("jvm_values"),
-    )
-    staged = staged.select(
+    steps.append(("jvm_values", (F.count_if(F.col("_value_ok")).alias("jvm_values"),)))
+    select(
         "*",
         *[
             F.when(F.col("_kid") == j, _from_json(F.col("_key_text"), k.key_type)).alias(f"_k{j}")
@@ -562,7 +599,7 @@ def decode_fast(
             )
         )
         converted += _conversions(f"_k{j}k", k.image, parsed["payload"])
-    staged = staged.select("*", *converted)
+    select("*", *converted)
     key_outputs = [_key_output(j, k) for j, (_, k) in enumerate(keys)]
     no_key = (
         F.col("key").isNull() | (F.octet_length("key") == 0) | (F.octet_length("key") > max_bytes)
@@ -572,7 +609,7 @@ def decode_fast(
     )
     tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
     # whether a record is decoded here, once per record; then each field of its schema's
-    staged = staged.select(
+    select(
         "*",
         (F.col("_value_ok") & key_ok & ~tombstone).alias("_fast"),
         tombstone.alias("_tombstone"),
@@ -584,7 +621,7 @@ def decode_fast(
         picked = [F.when(by == n, fields[name]) for n, (fields, _) in enumerate(outputs)]
         return F.coalesce(*picked) if picked else F.lit(None)
 
-    return staged.select(
+    select(
         F.when(F.col("_tombstone"), F.lit("tombstone")).when(fast, F.lit("change")).alias("_kind"),
         F.lit(None).cast("string").alias("_error_kind"),
         F.lit(None).cast("string").alias("_error"),
@@ -611,6 +648,7 @@ def decode_fast(
         .alias("_connect_schema"),
         *_RAW,
     )
+    return tuple(steps)
 
 
 _RAW: Final = ("key", "value", "topic", "partition", "offset", "timestamp")

@@ -34,6 +34,7 @@ records (``incremental``) are ordinary versions and never signal anything.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -227,13 +228,14 @@ class BuildSink:
             data, signal_df = df.filter(~is_signal), df.filter(is_signal)
         signals = self._read_signals(signal_df)
         start = self._connect_schemas_at_start(batch_id)
-        decoded = decode_raw(
-            data, max_record_bytes=self.max_record_bytes, schemas=start, wire=self._wire
-        )
-        try:
-            return self._process_decoded(decoded, signal_df, signals, batch_id, started, start)
-        finally:
-            decoded.unpersist()
+        with contextlib.ExitStack() as cached:  # what the batch persists, unpersisted at its end
+            decoded = decode_raw(
+                data, max_record_bytes=self.max_record_bytes, schemas=start, wire=self._wire
+            )
+            cached.callback(decoded.unpersist)
+            return self._process_decoded(
+                decoded, signal_df, signals, batch_id, started, start, cached
+            )
 
     # ------------------------------------------------------------------------------ internals
 
@@ -329,9 +331,11 @@ class BuildSink:
         batch_id: int,
         started: float,
         start_schemas: Mapping[str, str],
+        cached: contextlib.ExitStack,
     ) -> BatchReport:
-        """Plan each target, write the dead letters, then decide and commit each target.
-        ``start_schemas``: the tables' Connect schema texts the batch was decoded from."""
+        """Plan each target, check its rows (one job each), write the dead letters, then
+        decide and commit each target. ``start_schemas``: the tables' Connect schema texts the
+        batch was decoded from; ``cached``: unpersists what this persists, at the batch's end."""
         summary, data_ends, groups = summarise(decoded)
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
         kinds, errors_by_kind = count_kinds(summary)
@@ -342,7 +346,20 @@ class BuildSink:
         plans = [
             self._plan(decoded, target, changes, ddl_events, batch_id) for target in self.targets
         ]
-        dead_count = self._write_dead_letters(decoded, signal_df, signals, plans, kinds, batch_id)
+        # each target's rows, computed once: for their statistics, then for the commit
+        rows = [None if p.rows is None else p.rows.persist() for p in plans]
+        for frame in rows:
+            if frame is not None:
+                cached.callback(frame.unpersist)
+        stats = [_row_stats(frame) for frame in rows]
+        # a routed change is either a row or a dead letter (the plan splits them)
+        refused = sum(
+            sum(r["n"] for r in changes if _routes(p.target, r)) - stat.count
+            for p, stat in zip(plans, stats, strict=True)
+        )
+        dead_count = self._write_dead_letters(
+            decoded, signal_df, signals, plans, kinds.get("error", 0) + refused, batch_id
+        )
         failpoint("ingest.after_dead_letters", batch_id)
 
         # Data offsets consumed once this batch is committed (signal topics left out).
@@ -352,7 +369,7 @@ class BuildSink:
         positions = merge_offsets(*(s.positions for _, s in priors.values()), data_ends, planned)
         probe = _once(self.offsets_probe)
         reports = []
-        for plan in plans:
+        for plan, frame, stat in zip(plans, rows, stats, strict=True):
             decision = self._decide_signals(
                 plan.target, groups, signals, priors, positions, probe, batch_id
             )
@@ -361,7 +378,9 @@ class BuildSink:
                 start_schemas,
                 self._wire.marks(),
             )
-            reports.append(self._commit_target(plan, decision, batch_id, end_offsets, newest))
+            reports.append(
+                self._commit_target(plan, frame, stat, decision, batch_id, end_offsets, newest)
+            )
         _log_unrouted_ddl(ddl_events, plans, batch_id)
         routed = sum(r["n"] for p in plans for r in changes if _routes(p.target, r))
         return BatchReport(
@@ -409,13 +428,18 @@ class BuildSink:
         signal_df: DataFrame | None,
         signals: _Signals,
         plans: Sequence[TargetPlan],
-        kinds: Mapping[str, int],
+        rejected_records: int,
         batch_id: int,
     ) -> int:
         """Append the batch's rejected records (undecodable, unreadable signals, refused by a
-        target's plan) to the dead-letter table, in one commit; returns how many."""
+        target's plan) to the dead-letter table, in one commit; returns how many.
+        ``rejected_records``: how many records the decode and the plans rejected (counted
+        already: nothing is written, and no job looks, when there are none)."""
         from pyspark.sql import functions as F
 
+        known = rejected_records + len(signals.invalid)
+        if known == 0:
+            return 0
         rejected = [self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)]
         if signals.invalid and signal_df is not None:
             rejected.append(self._invalid_signals(signal_df, signals, batch_id))
@@ -423,14 +447,12 @@ class BuildSink:
         dead = rejected[0]
         for extra in rejected[1:]:
             dead = dead.unionByName(extra)
-        # errors counted already (the summary, the signals): no job to look for them
-        known = kinds.get("error", 0) + len(signals.invalid) + sum(p.rejected_count for p in plans)
         result = append_dead_letters(
             dead,
             self.dead_letter_table,
             app_id=self.pipeline_id,
             batch_id=batch_id,
-            known_rows=known > 0,
+            known_rows=True,
         )
         return result.rows if result is not None else 0
 
@@ -520,14 +542,17 @@ class BuildSink:
     def _commit_target(
         self,
         plan: TargetPlan,
+        rows: DataFrame | None,
+        stats: RowStats,
         decision: Decision,
         batch_id: int,
         end_offsets: Mapping[str, Mapping[str, int]],
         newest_schemas: Mapping[str, str],
     ) -> TargetReport:
         """Read the table once, decide its commit (:func:`plan_commit`), write it, then set
-        the marker when the decision fired and the data is committed. ``newest_schemas``:
-        the newest Connect schema text per source table the batch's records brought."""
+        the marker when the decision fired and the data is committed. ``rows``: the table's
+        rows of this batch (persisted), ``stats`` what they hold; ``newest_schemas``: the
+        newest Connect schema text per source table the batch's records brought."""
         uri = plan.target.table_uri
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
@@ -539,27 +564,22 @@ class BuildSink:
         schemas_property = connect_schemas.decide(
             connect_schemas.recorded(look.properties), batch_id, hashes
         )
-        rows = plan.rows.persist() if plan.rows is not None else None
-        try:
-            commit = plan_commit(
-                look=look,
-                plan=plan,
-                decision=decision,
-                rows=_row_stats(rows),
-                batch_id=batch_id,
-                pipeline_id=self.pipeline_id,
-                end_offsets=end_offsets,
-                now_iso=now_iso(),
-                connect_schemas=schemas_property,
-            )
-            if commit.changes_nothing:
-                unchanged = delta.WriteResult(version=look.version, skipped=False, rows=0)
-                written = _Written(result=unchanged, synthetic_deletes=0, block=None)
-            else:
-                written = self._write_target(plan, commit, rows, batch_id)
-        finally:
-            if rows is not None:
-                rows.unpersist()
+        commit = plan_commit(
+            look=look,
+            plan=plan,
+            decision=decision,
+            rows=stats,
+            batch_id=batch_id,
+            pipeline_id=self.pipeline_id,
+            end_offsets=end_offsets,
+            now_iso=now_iso(),
+            connect_schemas=schemas_property,
+        )
+        if commit.changes_nothing:
+            unchanged = delta.WriteResult(version=look.version, skipped=False, rows=0)
+            written = _Written(result=unchanged, synthetic_deletes=0, block=None)
+        else:
+            written = self._write_target(plan, commit, rows, batch_id)
         failpoint("ingest.after_data", batch_id)
         result, block = written.result, written.block
         marker_now = self._after_data(uri, decision, result, batch_id)
