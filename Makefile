@@ -17,6 +17,10 @@ JVM_STAMP := .jvm/.installed
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
 	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py \
 	tests/integration/test_jvm_decode.py
+# the whole-ingest comparison of the two decode paths runs once (on the newest Spark): on 4.0
+# the per-record comparisons in the same file prove the decode, and the sink around it is the
+# same Python
+TESTS40_DESELECT := tests/integration/test_jvm_decode.py::test_an_ingest_writes_the_same_tables_whichever_path_decodes
 
 # The suite runs in two pytest-xdist workers (worksteal: a worker that is done takes tests
 # queued on the other). It is CPU-bound on two cores: one process waits on subprocesses and
@@ -55,7 +59,8 @@ test: $(STAMP) $(STAMP40) $(JVM_STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
 	$(PY) -m lakehouse.testing.jvm_archive ensure
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
-	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40)
+	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40) \
+		--deselect $(TESTS40_DESELECT)
 
 lint: $(STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak
