@@ -115,6 +115,11 @@ def commit_files(snapshot: Any) -> dict[int, Any]:
     return out
 
 
+def file_stamp(status: Any) -> tuple[int, int]:
+    """``(length, modification time)`` of a Hadoop ``FileStatus``."""
+    return int(status.getLen()), int(status.getModificationTime())
+
+
 def commit_lines(spark: SparkSession, log: Any, version: int, status: Any | None) -> list[str]:
     """The JSON lines of the commit that created ``version`` ([] when the log no longer has
     it). ``status`` is its ``FileStatus`` when the snapshot lists it; otherwise the backfilled

@@ -85,6 +85,19 @@ COMPACT_EVERY_VERSIONS = 100
 COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
 #: Session setting through which Delta takes ``userMetadata`` for SQL commands.
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+#: Parsed commits by (log path, table id, version, file length, file time), newest kept: a
+#: micro-batch looks at its tables' recent commits, and each is read from storage once per
+#: process, not once per batch. A commit file is written once (Delta's put-if-absent), a table
+#: created again in the same place gets a new id, and a commit written again after a repair is
+#: another file (the newest commits are listed with their length and time), so an entry never
+#: goes stale. Only the ``commitInfo`` and ``txn`` actions are kept (:class:`CommitInfo`), a few
+#: hundred bytes each.
+_PARSED_COMMITS: collections.OrderedDict[tuple[str, str, int, int, int], CommitInfo] = (
+    collections.OrderedDict()
+)
+_MAX_PARSED_COMMITS = 4096
+_parsed_lock = threading.Lock()  # foreachBatch handlers of several queries share it
+
 #: SQL commands that carry commit metadata set it on the session: one at a time.
 _sql_lock = threading.Lock()
 
@@ -159,6 +172,7 @@ class TableSnapshot:
         self._commits: dict[int, CommitInfo | None] = {}
         self._files: dict[int, Any] | None = None
         self._txns: dict[str, int] | None = None
+        self._log_key: tuple[str, str] | None = None  # (log path, table id), asked once
 
     def __repr__(self) -> str:
         return f"TableSnapshot({self.uri!r}, version={self.version})"
@@ -192,10 +206,27 @@ class TableSnapshot:
         if version < 0 or version > self.version:
             return None
         if version not in self._commits:
+            # a version of a table is committed once: its parse is kept for the process
+            if self._log_key is None:
+                self._log_key = (str(self._log.logPath()), self.table_id)
             if self._files is None:
                 self._files = _engine.commit_files(self._jsnapshot)
-            lines = _engine.commit_lines(self.spark, self._log, version, self._files.get(version))
-            self._commits[version] = _parse_commit(version, lines) if lines else None
+            status = self._files.get(version)
+            # the file's length and time where the listing gave them: a torn newest commit
+            # that `lakehouse repair` removed is written again, as another file
+            stamp = (-1, -1) if status is None else _engine.file_stamp(status)
+            known = (*self._log_key, version, *stamp)
+            with _parsed_lock:
+                found = _PARSED_COMMITS.get(known)
+            if found is None:
+                lines = _engine.commit_lines(self.spark, self._log, version, status)
+                found = _parse_commit(version, lines) if lines else None
+                if found is not None:
+                    with _parsed_lock:
+                        _PARSED_COMMITS[known] = found
+                        while len(_PARSED_COMMITS) > _MAX_PARSED_COMMITS:
+                            _PARSED_COMMITS.popitem(last=False)
+            self._commits[version] = found
         return self._commits[version]
 
     def commits(self, limit: int) -> Iterator[CommitInfo]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 from helpers import assert_table_at_version
@@ -143,6 +145,37 @@ def test_one_snapshot_answers_version_properties_history_and_transactions(spark,
     assert snap.transaction_version("job") == 4 and snap.records("job", 3)
     assert [f.name for f in snap.schema.fields] == ["id", "name", "ts", "amount"]
     assert _engine.LOG_READS[uri] == reads + 1  # all of it from one look at the log
+
+
+def test_a_commit_is_read_from_storage_once_per_process(spark, tmp_path, monkeypatch):
+    """Later snapshots reuse the parsed commits; a table created again in the same place (a
+    new table id) is read afresh, never answered from the old table's commits."""
+    import collections
+    import shutil
+
+    from lakehouse.delta import table
+
+    uri = str(tmp_path / "t")
+    delta.append(_rows(spark, 0, 2), uri, txn=("job", 0), metadata={"lakehouse.batchId": 0})
+    delta.append(_rows(spark, 2, 3), uri, txn=("job", 1), metadata={"lakehouse.batchId": 1})
+    monkeypatch.setattr(table, "_PARSED_COMMITS", collections.OrderedDict())  # a new process
+    read: list[int] = []
+    commit_lines = _engine.commit_lines
+    monkeypatch.setattr(_engine, "commit_lines", lambda *a: read.append(a[2]) or commit_lines(*a))
+    want = [{"lakehouse.batchId": "1"}, {"lakehouse.batchId": "0"}]
+    assert [c.metadata for c in delta.snapshot(uri).commits(5)] == want and read == [1, 0]
+    assert [c.metadata for c in delta.snapshot(uri).commits(5)] == want and read == [1, 0]
+    # `lakehouse repair` removes a torn newest commit, and the version is written again
+    for pattern in (f"{1:020d}.*", f".{1:020d}.*"):  # with the local file system's .crc
+        for f in Path(uri, "_delta_log").glob(pattern):
+            f.unlink()
+    delta.append(_rows(spark, 2, 3), uri, txn=("job", 1), metadata={"lakehouse.batchId": 9})
+    assert delta.snapshot(uri).commit(1).metadata == {"lakehouse.batchId": "9"}
+    shutil.rmtree(uri)
+    delta.append(_rows(spark, 0, 1), uri, txn=("other", 7), metadata={"lakehouse.batchId": 7})
+    again = delta.snapshot(uri)
+    assert [c.metadata for c in again.commits(5)] == [{"lakehouse.batchId": "7"}]
+    assert again.commit(0).app_transactions == {"other": 7}
 
 
 def test_missing_table_and_version_are_named(spark, tmp_path):
