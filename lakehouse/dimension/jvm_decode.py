@@ -19,9 +19,9 @@ Python decoder gives:
   base64; an ISO-8601 instant with a valid date and offset);
 * a key that is absent or decodes the same way.
 
-Any other record gets a NULL ``_kind``; :func:`complete` decodes those in Python
-(:func:`lakehouse.dimension.decode.decode_record`), in stream order, so their kinds, dead-letter
-reasons and schemas are exactly the Python decoder's.
+Any other record gets a NULL ``_kind``; :func:`lakehouse.dimension.decode.decode_raw`
+decodes those in Python (:func:`lakehouse.dimension.decode.decode_record`), in stream order,
+so their kinds, dead-letter reasons and schemas are exactly the Python decoder's.
 """
 
 from __future__ import annotations
@@ -466,9 +466,10 @@ def decode_fast(
     in the JVM where that is exact; the others have a NULL ``_kind`` (see the module
     docstring). ``start``: the tables' Connect schema texts at the start of the batch. Each
     change record says its schema in ``_connect_schema``: ``''`` when it is its table's
-    ``start`` schema, else :func:`schema_mark` of it (the Python decoder writes the text, and
-    only where a partition's records move to another schema). ``observation``: receives
-    ``jvm_values``, the records whose value the JVM decoded, once the result is computed."""
+    ``start`` schema, else :func:`schema_mark` of it (the Python pass says the schemas of the
+    records it decodes the same way where it can). ``observation``: receives ``jvm_values``,
+    the records whose value the JVM decoded, once the result is computed. The projections are
+    built once per set of known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
     from pyspark.sql import Observation
 
     values = [(p, w) for p, w in wire.values.items() if w is not None]
