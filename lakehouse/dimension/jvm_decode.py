@@ -54,6 +54,8 @@ __all__ = ["MAX_KNOWN", "WireSchemas", "decode_fast", "schema_mark"]
 
 #: Schemas known at most, each of values and of keys (one ``from_json`` branch each).
 MAX_KNOWN: Final = 16
+#: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
+MAX_MARKS: Final = 8 * MAX_KNOWN
 
 _RESERVED: Final = frozenset(c.casefold() for c in L.LINEAGE_COLUMNS)
 _JSON_OPTIONS: Final = {
@@ -92,6 +94,9 @@ class WireSchemas:
     #: The decode's projections built for the schemas known last (:func:`decode_fast`), with
     #: what they were built for.
     plan: tuple[Any, tuple[_Step, ...]] | None = field(default=None, repr=False, compare=False)
+    #: The text of each mark written, kept longer than the schemas themselves: a batch's
+    #: records name a schema that learning the batch's new ones may have pushed out.
+    texts: OrderedDict[str, str] = field(default_factory=OrderedDict, repr=False)
 
     def learn_texts(self, records: Iterable[tuple[str | None, str | None]]) -> None:
         """Learn the schemas of ``(key, value)`` record texts (each compiled once; a schema
@@ -99,6 +104,12 @@ class WireSchemas:
         for key, value in records:
             self._learn(value, self.values, _compile_value)
             self._learn(key, self.keys, compile_key)
+        for w in self.values.values():
+            if w is not None:
+                self.texts[schema_mark(w.text)] = w.text
+                self.texts.move_to_end(schema_mark(w.text))
+        while len(self.texts) > MAX_MARKS:
+            self.texts.popitem(last=False)
 
     @staticmethod
     def _learn(text: str | None, known: OrderedDict[str, Any], compile: Any) -> None:
@@ -114,8 +125,9 @@ class WireSchemas:
             known.popitem(last=False)
 
     def marks(self) -> dict[str, str]:
-        """The schema text of each ``_connect_schema`` mark the JVM decode writes."""
-        return {schema_mark(w.text): w.text for w in self.values.values() if w is not None}
+        """The schema text of each ``_connect_schema`` mark the decode writes: of the schemas
+        known now and of the last :data:`MAX_MARKS` known before."""
+        return dict(self.texts)
 
     @property
     def empty(self) -> bool:

@@ -159,3 +159,18 @@ def test_only_the_compact_wrapper_has_a_prefix():
     assert schema_prefix('{"payload":1,"schema":{"type":"int32"}}') is None
     assert schema_prefix('{"schema":{"type":"int32"} ,"payload":1}') is None
     assert schema_prefix('{"schema":{"type":') is None
+
+
+def test_a_mark_names_its_schema_after_newer_schemas_pushed_it_out():
+    """A batch's records name their schemas by marks; learning the batch's new schemas may
+    push those out of what the JVM decodes, but not out of what the marks say."""
+    from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, schema_mark
+
+    texts = [_envelope({"type": "int32", "field": f"c{i}"}) for i in range(MAX_KNOWN + 5)]
+    wire = WireSchemas()
+    wire.learn_texts([(None, f'{{"schema":{texts[0]},"payload":null}}')])
+    first = next(w for w in wire.values.values() if w is not None).text
+    wire.learn_texts([(None, f'{{"schema":{t},"payload":null}}') for t in texts[1:]])
+    assert first not in {w.text for w in wire.values.values() if w is not None}
+    assert len(wire.values) == MAX_KNOWN
+    assert wire.marks()[schema_mark(first)] == first
