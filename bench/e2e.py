@@ -28,6 +28,9 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
     is reported apart), by the Spark path (:func:`lakehouse.join.asof.join_as_of` against
     the Delta build table, which re-reads the build each batch) and by the whole operator
     (one row-time micro-batch).
+``commit_reads``
+    What a batch's look at a table's recent commits costs, read from storage and kept from an
+    earlier batch of the process.
 ``backlog``
     Cost per batch as the pending backlog grows: a row-time join whose build watermark
     covers half of the time range, so half of each batch is released and half waits; the
@@ -553,7 +556,38 @@ def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
     }
 
 
+def commit_reads(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a batch's look at a table's recent commits costs: ``limit`` commits of a table of
+    ``versions`` versions, read from storage (``cold``: the process has not parsed them) and
+    again from a new snapshot (``kept``), median of ``repeats``."""
+    import statistics
+
+    from lakehouse import delta
+    from lakehouse.delta import table
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("commits", spec.get("spark_conf", {}))
+    uri = str(root / "t")
+    for i in range(spec.get("versions", 70)):
+        delta.append(spark.range(1), uri, txn=("bench", i), metadata={"lakehouse.batchId": i})
+
+    def look() -> float:
+        t0 = time.perf_counter()
+        list(delta.snapshot(uri).commits(spec.get("limit", 64)))
+        return time.perf_counter() - t0
+
+    cold, kept = [], []
+    for _ in range(spec.get("repeats", 5)):
+        table._PARSED_COMMITS.clear()
+        cold.append(look())
+        kept.append(look())
+    spark.stop()
+    return {"cold_s": statistics.median(cold), "kept_s": statistics.median(kept)}
+
+
 SCENARIOS = {
+    "commit_reads": commit_reads,
     "ingest": ingest,
     "latency": latency,
     "history": history,
