@@ -82,18 +82,15 @@ def append_dead_letters(
     batch_id: int,
     metadata: Mapping[str, Any] | None = None,
     snap: delta.TableSnapshot | None = None,
-    known_rows: bool = False,
-) -> delta.WriteResult | None:
-    """Append dead-letter rows idempotently; returns None when there were none to write.
+) -> delta.WriteResult:
+    """Append dead-letter rows idempotently.
 
-    Empty batches are not committed: the dead-letter table's history holds only batches that
-    rejected something. Replays are recognised by the table's transaction version, as for
-    every lakehouse write. ``metadata`` (``lakehouse.*`` keys) goes into the commit (the join
-    records its batch plan there). ``snap`` is the caller's snapshot of the table, if it took
-    one; ``known_rows`` says the caller counted the rows already (no job to look).
+    Callers append only batches that rejected something, which they have counted already
+    (no job looks): the dead-letter table's history holds only those batches. Replays are
+    recognised by the table's transaction version, as for every lakehouse write.
+    ``metadata`` (``lakehouse.*`` keys) goes into the commit (the join records its batch plan
+    there). ``snap`` is the caller's snapshot of the table, if it took one.
     """
-    if not known_rows and rows.isEmpty():
-        return None
     return delta.append(
         rows, uri, txn=(app_id, batch_id), max_files=1, metadata=metadata, snap=snap
     )

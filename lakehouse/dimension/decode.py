@@ -236,8 +236,8 @@ def _complete_batches(
                     if text is not None:  # said as the JVM says it, where it can be
                         if text == schema_texts.get(decoded["_source_table"]):
                             decoded["_connect_schema"] = ""
-                        elif schema_mark(text) in texts:
-                            decoded["_connect_schema"] = schema_mark(text)
+                        elif (mark := schema_mark(text)) in texts:
+                            decoded["_connect_schema"] = mark
                     for name in _OUT_FIELDS:
                         columns[name][i] = decoded[name]
                     continue

@@ -106,8 +106,9 @@ class WireSchemas:
             self._learn(key, self.keys, compile_key)
         for w in self.values.values():
             if w is not None:
-                self.texts[schema_mark(w.text)] = w.text
-                self.texts.move_to_end(schema_mark(w.text))
+                mark = schema_mark(w.text)
+                self.texts[mark] = w.text
+                self.texts.move_to_end(mark)
         while len(self.texts) > MAX_MARKS:
             self.texts.popitem(last=False)
 

@@ -352,11 +352,9 @@ class BuildSink:
             if frame is not None:
                 cached.callback(frame.unpersist)
         stats = [_row_stats(frame) for frame in rows]
+        routed = [sum(r["n"] for r in changes if _routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
-        refused = sum(
-            sum(r["n"] for r in changes if _routes(p.target, r)) - stat.count
-            for p, stat in zip(plans, stats, strict=True)
-        )
+        refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
         dead_count = self._write_dead_letters(
             decoded, signal_df, signals, plans, kinds.get("error", 0) + refused, batch_id
         )
@@ -382,7 +380,6 @@ class BuildSink:
                 self._commit_target(plan, frame, stat, decision, batch_id, end_offsets, newest)
             )
         _log_unrouted_ddl(ddl_events, plans, batch_id)
-        routed = sum(r["n"] for p in plans for r in changes if _routes(p.target, r))
         return BatchReport(
             batch_id=batch_id,
             records=sum(kinds.values()),
@@ -391,7 +388,7 @@ class BuildSink:
             transactions=kinds.get("transaction", 0),
             schema_changes=kinds.get("schema_change", 0),
             dead_lettered=dead_count,
-            unrouted=kinds.get("change", 0) - routed,
+            unrouted=kinds.get("change", 0) - sum(routed),
             end_offsets=end_offsets,
             targets=tuple(reports),
             seconds=time.monotonic() - started,
@@ -448,13 +445,9 @@ class BuildSink:
         for extra in rejected[1:]:
             dead = dead.unionByName(extra)
         result = append_dead_letters(
-            dead,
-            self.dead_letter_table,
-            app_id=self.pipeline_id,
-            batch_id=batch_id,
-            known_rows=True,
+            dead, self.dead_letter_table, app_id=self.pipeline_id, batch_id=batch_id
         )
-        return result.rows if result is not None else 0
+        return result.rows
 
     def _decide_signals(
         self,

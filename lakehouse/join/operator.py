@@ -631,7 +631,6 @@ class TemporalJoin:
             batch_id=plan.batch_id,
             metadata={**self._metadata(plan, after), **counts},
             snap=look.dead,
-            known_rows=True,
         )
         failpoint("join.after_dead_letters", plan.batch_id)
 
