@@ -69,14 +69,22 @@ Trigger = Literal["available-now", "processing-time", "once"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class SparkConfig(_Model):
     """Spark session settings (see :func:`lakehouse.spark.get_spark`)."""
 
     master: str | None = None
+    """Spark master (`local[2]`, `spark://host:7077`, ...); default `LAKEHOUSE_SPARK_MASTER`,
+    else `local[*]`. Ignored when a Spark session already exists (Databricks).
+    """
     conf: dict[str, str] = Field(default_factory=dict)
+    """Extra Spark configuration, set when lakehouse starts the session
+    (`LAKEHOUSE_SPARK_CONF="k=v;k2=v2"` too). `spark.lakehouse.join.asof.narrowMaxBuildRows`
+    (default 10000000) is the largest build table, in rows, that a row-time join looks up
+    without a shuffle.
+    """
 
 
 class KafkaConfig(_Model):
@@ -90,35 +98,67 @@ class KafkaConfig(_Model):
     """
 
     bootstrap_servers: str | None = None
+    """Kafka brokers, `host:port[,host:port...]`."""
     config_file: str | None = None
+    """A librdkafka properties file: the place for credentials (never the command line)."""
     options: dict[str, str] = Field(default_factory=dict)
-    # Broker outages (see lakehouse.runner.SupervisedQuery): restart the query with exponential
-    # backoff from outage_backoff_ms up to outage_backoff_max_ms; fail after outage_timeout_ms
-    # (0: at once).
+    """librdkafka settings (`security.protocol`, `sasl.mechanism`, ...), translated for Spark's
+    Kafka source; a setting without a translation is refused, naming it.
+    """
     outage_timeout_ms: int = Field(default=600_000, ge=0)
+    """A running pipeline rides out a broker outage this long, restarting its query, then fails
+    (`0`: at once).
+    """
     outage_backoff_ms: int = Field(default=1_000, gt=0)
+    """First retry delay during a broker outage; doubled up to `outage_backoff_max_ms`."""
     outage_backoff_max_ms: int = Field(default=30_000, gt=0)
-    # A topic deleted and created again since the checkpoint's offsets were recorded (its
-    # topic id changed): "fail" stops before the query starts; "continue" goes on from the
-    # checkpoint's offsets, skipping the new topic's records below them (lakehouse.checkpoint).
+    """Longest retry delay during a broker outage."""
     on_recreated_topic: Literal["fail", "continue"] = "fail"
+    """A topic deleted and created again since the checkpoint recorded its offsets: `fail` stops
+    before the query starts; `continue` goes on from the recorded offsets, skipping the new
+    topic's records below them.
+    """
 
 
 class StreamConfig(_Model):
     """Where a pipeline reads from and how it runs."""
 
     pipeline_id: str
+    """Stable id of the pipeline: the Delta transaction app id of every write. Keep it across
+    restarts; it is bound to its checkpoint.
+    """
     source: Literal["kafka", "files"] = "kafka"
+    """Where records come from: `kafka` (Spark's Kafka source) or `files` (a directory of
+    JSON-lines files).
+    """
     topics: list[str] = Field(default_factory=list)
+    """Kafka topics (source `kafka`)."""
     path: str | None = None
+    """Directory of JSON-lines files (source `files`)."""
     file_format: Literal["lines", "envelope"] = "lines"
+    """Files: `lines` (one record value per line) or `envelope` (`{"key", "value", "partition",
+    "offset", "timestamp"}` per line).
+    """
     starting_offsets: str = "earliest"
+    """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}`; used only when the
+    checkpoint is new.
+    """
     checkpoint: str
+    """Spark checkpoint location (a path or `s3a://` URI every node reaches)."""
     trigger: Trigger = "processing-time"
+    """`processing-time` runs a batch every `interval`; `available-now` processes what is there
+    and stops; `once` runs one batch.
+    """
     interval: str = "5 seconds"
+    """Trigger interval of `processing-time`, e.g. `"5 seconds"`."""
     max_records_per_trigger: int | None = Field(default=None, gt=0)
-    # A writer lease (lakehouse.lease) whose heartbeat is older than this is stale.
+    """Most input per batch: Kafka offsets (`maxOffsetsPerTrigger`) or files; unlimited by
+    default.
+    """
     writer_lease_timeout_ms: int = Field(default=60_000, ge=1_000)
+    """A writer lease without a heartbeat for this long is stale (the heartbeat comes every
+    quarter of it).
+    """
 
     @model_validator(mode="after")
     def _source_needs_location(self) -> StreamConfig:
@@ -143,26 +183,56 @@ class IngestTableConfig(_Model):
     """
 
     table: str
+    """Build table location."""
     key: list[str] = Field(default_factory=list)
+    """Primary-key columns; default the Debezium record key's fields."""
     source_table: str | None = None
+    """Route only this source table's records here (`db.table` or `schema.table`); default all.
+    One marker per build table.
+    """
     event_time: str | None = None
+    """Row column giving each version's start (timestamp, date, epoch ms or ISO string); default
+    the change's `source.ts_ms`.
+    """
     out_of_orderness_ms: int = Field(default=0, ge=0)
+    """Build watermark = max event time - this - 1 ms."""
     notification_topic: str | None = None
+    """Debezium notification topic (`notification.sink.topic.name`): the strongest snapshot
+    signal. Kafka only.
+    """
     heartbeat_topic: str | None = None
+    """Debezium heartbeat topic (`__debezium-heartbeat.<topic.prefix>`). Kafka only."""
     snapshot_signals: list[Literal["notification", "heartbeat", "last", "log_record"]] = Field(
         default_factory=lambda: ["notification", "heartbeat", "last", "log_record"]
     )
+    """Which signals may set the snapshot marker: `notification`, `heartbeat`, `last`,
+    `log_record` (a topic signal without its topic is inactive).
+    """
     resnapshot_join: Literal["last-complete", "latest"] = "last-complete"
+    """During a re-snapshot, joins read the last complete version (`last-complete`) or the half
+    re-read latest one (`latest`).
+    """
     resnapshot_deletes: bool = True
+    """When a re-snapshot completes, end the versions of keys it did not re-read (synthetic
+    deletes). Set `false` for filtered re-snapshots.
+    """
     resnapshot_max_ended: float = Field(default=0.5, ge=0, le=1)
+    """The largest share of the live keys a completing re-snapshot may end; more stops the
+    ingest with an alert (`1`: no check).
+    """
     max_future_ms: int | None = Field(default=86_400_000, gt=0)
+    """A change whose event time is further than this past the wall clock is dead-lettered
+    (`future_event_time`).
+    """
 
 
 class IngestConfig(StreamConfig):
     """The CDC ingest: Debezium records into versioned build tables."""
 
     tables: list[IngestTableConfig]
+    """The build tables, one `[[ingest.tables]]` entry each."""
     dead_letter_table: str
+    """Where records that cannot become versions go, with their reason."""
 
     @field_validator("tables")
     @classmethod
@@ -176,36 +246,88 @@ class JoinConfig(StreamConfig):
     """The temporal join (see :class:`lakehouse.join.JoinOptions` for each setting)."""
 
     probe_schema: str
+    """DDL of the probe records' JSON, e.g. `"order_id bigint, currency string, order_ts
+    timestamp"`.
+    """
     probe_key: list[str]
+    """Probe columns matching the build key, in key order."""
     probe_time: str | None = None
+    """Probe event-time column (timestamp, or an epoch number in `probe_time_unit`); required
+    for `rowtime`.
+    """
     probe_id: str | None = None
+    """Probe row id column (used by the quality report)."""
     build_key: list[str] = Field(default_factory=list)
+    """Build key columns, paired with `probe_key`; default the build table's
+    `lakehouse.primaryKey`.
+    """
     build_table: str
+    """The versioned build table the ingest writes."""
     output_table: str
+    """Where joined rows are appended."""
     pending_table: str
+    """Probe rows still waiting (rewritten when it changes)."""
     dead_letter_table: str
+    """Malformed probe records, and the rows the late, expiry and pending-bound policies reject."""
     mode: JoinMode = "rowtime"
+    """`rowtime` joins each row as of its own time; `proctime` joins the latest version, only
+    once the snapshot is complete.
+    """
     join_type: JoinType = "inner"
-    # None: "bounded" for row time; for processing time "none" (FLIP-326: the probe side
-    # gives no event-time watermark unless the user configures one)
+    """`inner` emits matched rows only; `left` every released row (`_matched = false` and NULL
+    build columns when nothing matched).
+    """
     watermark: WatermarkKind | None = None
+    """The probe's watermark: `bounded`, `ascending` or `none`; default `bounded` for `rowtime`
+    and `none` for `proctime` (FLIP-326: the probe side gives no event-time watermark unless
+    one is set, so every row is released once the snapshot is complete).
+    """
     out_of_orderness_ms: int = Field(default=0, ge=0)
+    """Probe lateness the `bounded` watermark allows."""
     late_policy: LatePolicy = "join"
+    """A row already behind the watermark when it arrives: `join` it (released at once,
+    `_released_by = 'late'`) or `dead-letter` it.
+    """
     build_idle_timeout_ms: int | None = Field(default=None, gt=0)
+    """A build table without commits for this long (once its snapshot is complete) stops holding
+    back the watermark; off by default.
+    """
     pending_ttl_ms: int | None = Field(default=None, gt=0)
+    """A row pending longer than this is expired, by `expiry_policy`; off by default."""
     expiry_policy: ExpiryPolicy = "release"
+    """Expired rows: `release` them, joined as of their time (`_released_by = 'expiry'`), or
+    `dead-letter` them.
+    """
     build_prefix: str = ""
+    """Prefix of the build columns in the output (needed when names clash)."""
     pending_max_rows: int | None = Field(default=None, gt=0)
+    """The most rows the pending table may hold after a batch; off by default."""
     pending_max_age_ms: int | None = Field(default=None, gt=0)
+    """The oldest a pending row may be: in event time, how far behind the probe watermark; with
+    `watermark = "none"`, since arrival. Off by default.
+    """
     on_pending_bound: PendingBoundPolicy = "dead-letter"
+    """Rows over the pending bound: `dead-letter` (the oldest, for replay) or `fail` (stop the
+    join).
+    """
     probe_time_unit: TimeUnit = "ms"
+    """Unit of an epoch number in the probe time column, also one declared `timestamp`: `s`,
+    `ms` or `us`.
+    """
     max_future_ms: int | None = Field(default=86_400_000, gt=0)
-    # Bounded runs (README "Scheduled and backfill runs"): end the probe input at the end of
-    # an available-now run, and optionally declare the build side complete too.
+    """A probe row whose time is further than this past the wall clock is dead-lettered
+    (`future_time`).
+    """
     until_complete: bool = False
+    """End the probe input at the end of an `available-now` run and release every row the build
+    side can answer.
+    """
     build_complete: bool = False
-    # Accept runs whose batches dead-letter every probe record (JoinOptions).
+    """With `until_complete`: the build side is complete too, so the end releases every row once
+    the snapshot marker is set.
+    """
     allow_dead_letters: bool = False
+    """Accept batches whose probe records are all dead-lettered."""
 
     @model_validator(mode="before")
     @classmethod
@@ -236,7 +358,11 @@ class QualityConfig(_Model):
     """The scheduled quality report."""
 
     report_dir: str = "quality-report"
+    """Where `lakehouse quality` writes Data Docs, `summary.json`, `watermarks.png` and
+    `unmatched_rows`.
+    """
     max_pending_age_ms: int | None = Field(default=None, gt=0)
+    """The report fails when a pending row is older than this; off by default."""
 
 
 class MaintenanceConfig(_Model):
@@ -248,18 +374,28 @@ class MaintenanceConfig(_Model):
     """
 
     lineage_outputs: list[str] = Field(default_factory=list)
+    """Output tables (besides `join.output_table`) whose `_build_version` lineage `lakehouse
+    vacuum` keeps readable.
+    """
     compact_retention_ms: int | None = Field(default=None, ge=0)
+    """Default `--retention` of `lakehouse compact`."""
 
 
 class Settings(_Model):
     """Everything a lakehouse command can be configured with."""
 
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    """The Spark session."""
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    """The Kafka cluster, shared by ingest and join."""
     ingest: IngestConfig | None = None
+    """The CDC ingest."""
     join: JoinConfig | None = None
+    """The temporal join."""
     quality: QualityConfig = Field(default_factory=QualityConfig)
+    """The quality report."""
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    """Compaction and vacuum."""
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import BaseModel
 from rich.markup import escape
 
 from lakehouse.cli._app import err_console
@@ -139,3 +140,9 @@ def run_query(query: Any, what: str) -> bool:
 def short(value: str, limit: int = 60) -> str:
     """``value`` cut to ``limit`` characters for a table cell."""
     return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def setting_help(model: type[BaseModel], name: str) -> str:
+    """The help of a flag that overrides a setting: the setting's meaning, declared once (its
+    docstring in :mod:`lakehouse.config`, which the configuration reference shows too)."""
+    return " ".join((model.model_fields[name].description or "").split())

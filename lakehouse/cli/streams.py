@@ -14,9 +14,11 @@ from lakehouse.cli._shared import (
     require_build_table,
     require_source,
     run_query,
+    setting_help,
     spark_for,
     with_schema_block_notice,
 )
+from lakehouse.config import IngestConfig, IngestTableConfig, JoinConfig, KafkaConfig
 
 # ---------------------------------------------------------------------------------- ingest
 
@@ -24,37 +26,49 @@ from lakehouse.cli._shared import (
 @app.command()
 def ingest(
     config: ConfigOpt = None,
-    source: Annotated[str | None, typer.Option(help="kafka or files.")] = None,
-    topic: Annotated[list[str] | None, typer.Option(help="Kafka topic (repeatable).")] = None,
-    path: Annotated[str | None, typer.Option(help="Directory of JSON-lines files.")] = None,
-    file_format: Annotated[str | None, typer.Option(help="lines or envelope.")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers.")] = None,
-    starting_offsets: Annotated[
-        str | None, typer.Option(help="earliest, latest, or JSON {topic: {partition: offset}}.")
+    source: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "source"))] = None,
+    topic: Annotated[
+        list[str] | None, typer.Option(help=setting_help(IngestConfig, "topics"))
     ] = None,
-    table: Annotated[str | None, typer.Option(help="Build table location.")] = None,
+    path: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "path"))] = None,
+    file_format: Annotated[
+        str | None, typer.Option(help=setting_help(IngestConfig, "file_format"))
+    ] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help=setting_help(KafkaConfig, "bootstrap_servers"))
+    ] = None,
+    starting_offsets: Annotated[
+        str | None, typer.Option(help=setting_help(IngestConfig, "starting_offsets"))
+    ] = None,
+    table: Annotated[
+        str | None, typer.Option(help=setting_help(IngestTableConfig, "table"))
+    ] = None,
     key: Annotated[
         list[str] | None,
-        typer.Option(help="Key column (repeatable); default from the Debezium key."),
+        typer.Option(help=setting_help(IngestTableConfig, "key")),
     ] = None,
     source_table: Annotated[
-        str | None, typer.Option(help="Only this source table (db.table or schema.table).")
+        str | None, typer.Option(help=setting_help(IngestTableConfig, "source_table"))
     ] = None,
     event_time: Annotated[
-        str | None, typer.Option(help="Row column holding the version start; default source.ts_ms.")
+        str | None, typer.Option(help=setting_help(IngestTableConfig, "event_time"))
     ] = None,
     out_of_orderness_ms: Annotated[
-        int | None, typer.Option(help="Build watermark lag behind the max event time.")
+        int | None, typer.Option(help=setting_help(IngestTableConfig, "out_of_orderness_ms"))
     ] = None,
-    dead_letter_table: Annotated[str | None, typer.Option(help="Dead-letter table.")] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="Spark checkpoint location.")] = None,
-    trigger: Annotated[
-        str | None, typer.Option(help="available-now, processing-time or once.")
+    dead_letter_table: Annotated[
+        str | None, typer.Option(help=setting_help(IngestConfig, "dead_letter_table"))
     ] = None,
+    checkpoint: Annotated[
+        str | None, typer.Option(help=setting_help(IngestConfig, "checkpoint"))
+    ] = None,
+    trigger: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "trigger"))] = None,
     interval: Annotated[
-        str | None, typer.Option(help="Trigger interval, e.g. '5 seconds'.")
+        str | None, typer.Option(help=setting_help(IngestConfig, "interval"))
     ] = None,
-    pipeline_id: Annotated[str | None, typer.Option(help="Stable id of this pipeline.")] = None,
+    pipeline_id: Annotated[
+        str | None, typer.Option(help=setting_help(IngestConfig, "pipeline_id"))
+    ] = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -117,59 +131,89 @@ def ingest(
 @app.command()
 def join(
     config: ConfigOpt = None,
-    source: Annotated[str | None, typer.Option(help="kafka or files.")] = None,
-    topic: Annotated[list[str] | None, typer.Option(help="Probe topic (repeatable).")] = None,
-    path: Annotated[str | None, typer.Option(help="Directory of probe JSON-lines files.")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers.")] = None,
-    starting_offsets: Annotated[str | None, typer.Option(help="earliest, latest or JSON.")] = None,
-    probe_schema: Annotated[str | None, typer.Option(help="Probe record schema as DDL.")] = None,
+    source: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "source"))] = None,
+    topic: Annotated[
+        list[str] | None, typer.Option(help=setting_help(JoinConfig, "topics"))
+    ] = None,
+    path: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "path"))] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help=setting_help(KafkaConfig, "bootstrap_servers"))
+    ] = None,
+    starting_offsets: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "starting_offsets"))
+    ] = None,
+    probe_schema: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "probe_schema"))
+    ] = None,
     probe_key: Annotated[
         list[str] | None,
-        typer.Option(help="Probe column matching the build key (repeatable, in key order)."),
+        typer.Option(help=setting_help(JoinConfig, "probe_key")),
     ] = None,
-    probe_time: Annotated[str | None, typer.Option(help="Probe event-time column.")] = None,
-    probe_id: Annotated[str | None, typer.Option(help="Probe id column (for quality).")] = None,
-    build_table: Annotated[str | None, typer.Option(help="Build table location.")] = None,
-    output_table: Annotated[str | None, typer.Option(help="Output table location.")] = None,
-    pending_table: Annotated[str | None, typer.Option(help="Pending table location.")] = None,
-    dead_letter_table: Annotated[str | None, typer.Option(help="Dead-letter table.")] = None,
-    mode: Annotated[str | None, typer.Option(help="rowtime or proctime.")] = None,
-    join_type: Annotated[str | None, typer.Option("--join-type", help="inner or left.")] = None,
+    probe_time: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "probe_time"))
+    ] = None,
+    probe_id: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "probe_id"))] = None,
+    build_table: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "build_table"))
+    ] = None,
+    output_table: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "output_table"))
+    ] = None,
+    pending_table: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "pending_table"))
+    ] = None,
+    dead_letter_table: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "dead_letter_table"))
+    ] = None,
+    mode: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "mode"))] = None,
+    join_type: Annotated[
+        str | None, typer.Option("--join-type", help=setting_help(JoinConfig, "join_type"))
+    ] = None,
     watermark: Annotated[
         str | None,
-        typer.Option(help="Probe watermark: bounded, ascending or none (processing time)."),
+        typer.Option(help=setting_help(JoinConfig, "watermark")),
     ] = None,
     out_of_orderness_ms: Annotated[
-        int | None, typer.Option(help="Bounded out-of-orderness of the probe, ms.")
+        int | None, typer.Option(help=setting_help(JoinConfig, "out_of_orderness_ms"))
     ] = None,
-    late_policy: Annotated[str | None, typer.Option(help="join or dead-letter.")] = None,
+    late_policy: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "late_policy"))
+    ] = None,
     build_idle_timeout_ms: Annotated[
-        int | None, typer.Option(help="Build table idle after this long without commits.")
+        int | None, typer.Option(help=setting_help(JoinConfig, "build_idle_timeout_ms"))
     ] = None,
-    pending_ttl_ms: Annotated[int | None, typer.Option(help="Expire pending rows after.")] = None,
-    expiry_policy: Annotated[str | None, typer.Option(help="release or dead-letter.")] = None,
-    build_prefix: Annotated[str | None, typer.Option(help="Prefix of build columns.")] = None,
+    pending_ttl_ms: Annotated[
+        int | None, typer.Option(help=setting_help(JoinConfig, "pending_ttl_ms"))
+    ] = None,
+    expiry_policy: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "expiry_policy"))
+    ] = None,
+    build_prefix: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "build_prefix"))
+    ] = None,
     pending_max_rows: Annotated[
-        int | None, typer.Option(help="Most rows the pending table may hold.")
+        int | None, typer.Option(help=setting_help(JoinConfig, "pending_max_rows"))
     ] = None,
     pending_max_age_ms: Annotated[
-        int | None, typer.Option(help="Oldest a pending row may be (probe time), ms.")
+        int | None, typer.Option(help=setting_help(JoinConfig, "pending_max_age_ms"))
     ] = None,
     on_pending_bound: Annotated[
-        str | None, typer.Option(help="Rows over the bound: dead-letter or fail.")
+        str | None, typer.Option(help=setting_help(JoinConfig, "on_pending_bound"))
     ] = None,
     probe_time_unit: Annotated[
-        str | None, typer.Option(help="Unit of epoch numbers in the probe time: s, ms or us.")
+        str | None, typer.Option(help=setting_help(JoinConfig, "probe_time_unit"))
     ] = None,
     max_future_ms: Annotated[
-        int | None, typer.Option(help="Dead-letter probe times this far past the wall clock.")
+        int | None, typer.Option(help=setting_help(JoinConfig, "max_future_ms"))
     ] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="Spark checkpoint location.")] = None,
-    trigger: Annotated[
-        str | None, typer.Option(help="available-now, processing-time or once.")
+    checkpoint: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "checkpoint"))
     ] = None,
-    interval: Annotated[str | None, typer.Option(help="Trigger interval.")] = None,
-    pipeline_id: Annotated[str | None, typer.Option(help="Stable id of this pipeline.")] = None,
+    trigger: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "trigger"))] = None,
+    interval: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "interval"))] = None,
+    pipeline_id: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "pipeline_id"))
+    ] = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -187,24 +231,21 @@ def join(
         bool,
         typer.Option(
             "--until-complete",
-            help="Bounded run: read the probe input available now, end it, release every "
-            "row the build side can answer; exit 3 if any row is left pending.",
+            help=setting_help(JoinConfig, "until_complete"),
         ),
     ] = False,
     build_complete: Annotated[
         bool,
         typer.Option(
             "--build-complete",
-            help="With --until-complete: the build table holds every change up to the probe's "
-            "times, so the end releases every row (once the snapshot marker is set).",
+            help=setting_help(JoinConfig, "build_complete"),
         ),
     ] = False,
     allow_dead_letters: Annotated[
         bool,
         typer.Option(
             "--allow-dead-letters",
-            help="Accept batches whose probe records are all dead-lettered (otherwise a "
-            "warning, and exit 1 at the end of an available-now run).",
+            help=setting_help(JoinConfig, "allow_dead_letters"),
         ),
     ] = False,
 ) -> None:
