@@ -23,12 +23,11 @@ FIXTURES = HERE / "fixtures"
 # Every Spark driver and executor of the tests, in this process or in a `lakehouse` command the
 # tests run, starts with the options the broker, Connect and Spark's daemons start with
 # (lakehouse.testing.broker.TEST_JVM_OPTIONS: C1 only, serial GC): the suite is CPU-bound on two
-# cores, and a command's JVM lives seconds. Measured on one crash-restart test, side by side: 135
-# CPU-s with the defaults, 87 with these. Spark's ``defaultJavaOptions`` go before the
-# ``extraJavaOptions`` lakehouse sets, which stay as users get them. A driver also maps the
-# class-data archive `make test` writes first (lakehouse.testing.jvm_archive; 21-26% less CPU on
-# a crash test and a scheduled-runs test); without it, the drivers load their classes from the
-# jars. Executors of a standalone cluster start from another classpath, which the archive does
+# cores, and a command's JVM lives seconds, where C2's compiler threads cost more CPU than they
+# return. Spark's ``defaultJavaOptions`` go before the ``extraJavaOptions`` lakehouse sets, which
+# stay as users get them. A driver also maps the class-data archive `make test` writes first
+# (lakehouse.testing.jvm_archive), so it does not read and verify its start-up classes from the
+# jars again. Executors of a standalone cluster start from another classpath, which the archive does
 # not fit.
 #
 # The same drivers interpret their projections and predicates instead of generating Java for
@@ -37,9 +36,7 @@ FIXTURES = HERE / "fixtures"
 # interpreted path; Spark calls it internal and lakehouse never sets it for users). Results are
 # the same by Spark's contract, and whole-stage code generation, which compiles the plans
 # lakehouse builds, still runs. What it saves is the per-task code generation for Delta's log
-# actions, whose schema is too wide for whole-stage code (docs/architecture-notes.md): measured
-# side by side, a scheduled-runs backfill (three commands) 77 and 78 CPU-s with generated code,
-# 68 and 72 interpreted; a row-time join test in the session's driver 73 and 86, 64 and 71.
+# actions, whose schema is too wide for whole-stage code (docs/development/architecture.md).
 # test_demo.py's files-mode demo runs with generated code, as users run it.
 _ARCHIVE = spark_archive(TEST_JVM_OPTIONS, build=False)
 _ARCHIVE_OPTIONS = () if _ARCHIVE is None else archive_options(_ARCHIVE)
@@ -54,10 +51,8 @@ if _OWN_CONF:
 
 # The session's own driver is the exception: it lives as long as the test session (the whole
 # pass, in each xdist worker) and runs most of the suite's Spark work, where C2's compiled code
-# repays its compiler threads many times over. Measured side by side, tests/integration/
-# test_join.py in one process (same Hypothesis seed): 258 s and 329 CPU-s with C1 only, 185 s
-# and 261 CPU-s with both tiers. A backfill test whose work is in short-lived `lakehouse`
-# commands went the other way (95-101 CPU-s with C1 only, 138-153 with both), hence the split.
+# repays its compiler threads; the short-lived `lakehouse` commands' drivers are the other way
+# round, hence the split.
 # Its options are TEST_JVM_OPTIONS without the C1 cap. A LAKEHOUSE_SPARK_CONF of your own
 # applies to this driver too.
 _SESSION_JVM_OPTIONS = [o for o in TEST_JVM_OPTIONS if not o.startswith("-XX:TieredStopAtLevel")]
@@ -96,3 +91,15 @@ from kafka_broker import kafka_broker, kafka_topic  # noqa: F401, E402
 from postgres_stack import debezium_stack, postgres  # noqa: F401, E402
 from s3_endpoint import s3  # noqa: F401, E402
 from wheel_env import installed_wheel  # noqa: F401, E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """tests/unit stays Spark-free (``make check`` runs it in a few minutes): a unit test that
+    asks for the SparkSession stops the run, naming where it belongs."""
+    unit = HERE / "unit"
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and unit in Path(item.path).parents:
+            raise pytest.UsageError(
+                f"{item.nodeid} needs Spark, and tests/unit is Spark-free: move it to "
+                "tests/integration"
+            )

@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from reference import Version, as_of
 
 from lakehouse import delta
+from lakehouse.cli import main
 from lakehouse.delta.maintenance import files_at
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension import layout as L
@@ -282,3 +283,21 @@ def test_vacuum_keeps_the_build_versions_the_output_references(spark, tmp_path):
     # the referenced version still reads, and re-derives the output row
     assert_rows_equal(delta.read(spark, build, version=referenced).collect(), expected)
     assert delta.read(spark, build).count() == 1  # the latest version is whole too
+
+
+@pytest.mark.spark
+def test_vacuum_of_a_build_table_without_outputs_is_refused(spark, tmp_path, capsys, monkeypatch):
+
+    monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
+    uri = str(tmp_path / "rates")
+    delta.create_table(
+        uri,
+        StructType.fromDDL("k string"),
+        properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_TABLE_KIND: "build"},
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["vacuum", uri])
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "is a build table and no output table joining it is configured" in err
+    assert "--output" in err

@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 from helpers import join_options
 
-from lakehouse import delta
 from lakehouse.cli import main
 from lakehouse.cli.maintenance import _duration_ms, _time_ms
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 from lakehouse.join import JoinOptions
 
@@ -64,25 +62,6 @@ def test_durations_and_times():
     assert _time_ms("-5", "horizon") == -5
     with pytest.raises(ConfigError, match="--horizon takes an ISO-8601 time"):
         _time_ms("yesterday", "horizon")
-
-
-@pytest.mark.spark
-def test_vacuum_of_a_build_table_without_outputs_is_refused(spark, tmp_path, capsys, monkeypatch):
-    from pyspark.sql.types import StructType
-
-    monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
-    uri = str(tmp_path / "rates")
-    delta.create_table(
-        uri,
-        StructType.fromDDL("k string"),
-        properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_TABLE_KIND: "build"},
-    )
-    with pytest.raises(SystemExit) as exited:
-        main(["vacuum", uri])
-    assert exited.value.code == 2
-    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
-    assert "is a build table and no output table joining it is configured" in err
-    assert "--output" in err
 
 
 def test_compact_needs_exactly_one_of_retention_and_horizon(tmp_path, capsys, monkeypatch):
