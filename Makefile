@@ -27,7 +27,7 @@ TESTS40_DESELECT := tests/integration/test_jvm_decode.py::test_an_ingest_writes_
 # servers while the other computes. XDIST="-n 0" runs it in one process.
 XDIST ?= -n 2 --dist worksteal
 
-.PHONY: demo test lint bench soak smoke jvm clean-venv
+.PHONY: demo test check docs lint bench soak smoke jvm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	@scripts/check_java.sh
@@ -55,16 +55,26 @@ jvm: $(JVM_STAMP)
 demo: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
-test: $(STAMP) $(STAMP40) $(JVM_STAMP)
-	$(PY) -m ruff check lakehouse pipelines tests bench soak
+test: $(STAMP) $(STAMP40) $(JVM_STAMP) lint docs
 	$(PY) -m lakehouse.testing.jvm_archive ensure
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40) \
 		--deselect $(TESTS40_DESELECT)
 
 lint: $(STAMP)
-	$(PY) -m ruff check lakehouse pipelines tests bench soak
-	$(PY) -m ruff format --check lakehouse pipelines tests bench soak
+	$(PY) -m ruff check lakehouse pipelines tests bench soak docs/hooks
+	$(PY) -m ruff format --check lakehouse pipelines tests bench soak docs/hooks
+
+# The fast loop (no Spark, no servers, no JVM artifacts): lint, the docs site, the unit tests
+# (tests/unit is Spark-free; tests/conftest.py refuses a unit test that asks for Spark) and the
+# library's doctests
+check: $(STAMP) lint docs
+	$(PY) -m pytest $(XDIST) -p no:cacheprovider tests/unit lakehouse
+
+# The documentation site (mkdocs.yml, docs/), into site/; --strict: a broken link, anchor or
+# page fails. The CLI and settings references are generated from the code (docs/hooks/).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 bench: $(STAMP) $(JVM_STAMP)
 	$(PY) -m bench.run $(ARGS)

@@ -18,8 +18,8 @@ and refuses to start on the first damage it finds, with :class:`~lakehouse.error
 DamagedStateError`: the file, what is wrong, and the command that repairs it.
 :func:`plan_repair` decides the repair from what is on storage, and :func:`apply` carries it
 out; nothing is deleted, a damaged file is *set aside* into ``<table>/_lakehouse/damaged/``
-or ``<checkpoint>/damaged/``. The rules, each keeping exactly-once whole (README,
-"Exactly once"):
+or ``<checkpoint>/damaged/``. The rules, each keeping exactly-once whole
+(docs/concepts/exactly-once.md):
 
 * a damaged newest ``commits/N``: set aside. Spark then runs batch ``N`` again from its
   offsets; every table that holds it already skips it.
@@ -711,6 +711,6 @@ def check(
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
         raise DamagedStateError(
             f"{d.kind} file {d.path} of {d.owner} is damaged: {d.problem}{more}. See what "
-            f"`{repair}` would do, then run it with --apply (docs/recovery.md)",
+            f"`{repair}` would do, then run it with --apply (docs/operations/recovery.md)",
             path=d.path,
         )

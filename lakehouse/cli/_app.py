@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         _trace(e)
         error_line(cause)
         # a run that started (Spark up, a query running) and failed: 1, even when the cause is
-        # a setting the records contradict (README, "Exit codes": 2 is for before Spark starts)
+        # a setting the records contradict (docs/reference/cli.md: 2 is for before Spark starts)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -247,8 +247,8 @@ def repair_command(
 ) -> None:
     """Repair a job's damaged checkpoint or table files; a dry run unless --apply.
 
-    Damaged files are set aside, never deleted; docs/recovery.md says what each repair does.
-    Stop the job first. Needs no Spark."""
+    Damaged files are set aside, never deleted; docs/operations/recovery.md says what each
+    repair does. Stop the job first. Needs no Spark."""
     from lakehouse.config import load_settings
     from lakehouse.recovery import apply, plan_repair
     from lakehouse.runner import damage_checked

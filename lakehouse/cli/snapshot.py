@@ -78,7 +78,7 @@ def schema_resolve(
     """Resolve a build table's schema block (stop the ingest first).
 
     Replays the records the block held back that fit the table, and clears the block. See
-    README, "Schema drift"."""
+    the documentation's "Schema drift" (docs/operations/schema-drift.md)."""
     from lakehouse.config import load_settings
     from lakehouse.dimension.schema_block import resolve
 

@@ -43,7 +43,7 @@ def status(
     from lakehouse.lease import holder_state, read_lease
 
     holder = read_lease(table)
-    if holder is not None:  # the job writing it (see "Concurrent writers" in the README)
+    if holder is not None:  # the job writing it (docs/operations/concurrent-writers.md)
         stale = holder_state(holder)
         summary.add_row(
             "writer", holder.describe() + (f" [yellow](stale: {stale})[/]" if stale else "")

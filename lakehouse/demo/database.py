@@ -7,7 +7,7 @@
   table ``public.rates``, loaded before the connector starts so that Debezium snapshots it;
 * Debezium's PostgreSQL connector in a standalone Kafka Connect worker
   (:mod:`lakehouse.testing.connect`; the jars ``make`` fetches into ``.jvm/connect``),
-  configured as README.md's "The demo on a real database" shows: ``pgoutput``, a publication the
+  configured as docs/get-started/demo.md shows: ``pgoutput``, a publication the
   database owner created, an ``initial`` snapshot, notifications on their own topic and
   heartbeats every second.
 

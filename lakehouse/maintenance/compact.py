@@ -4,7 +4,7 @@ The build table keeps every version of every key forever; a row-time join only n
 versions that can still answer a probe. Given a **horizon** *H* (event time), compaction keeps,
 per key, every version that starts after *H* and the latest one at or before it — the state
 Flink keeps for a temporal join once its watermark passed *H* — and proves nothing else is
-needed by the as-of rule (README, "Row time and processing time"; ``tests/reference.py``):
+needed by the as-of rule (docs/concepts/time.md; ``tests/reference.py``):
 
 For a probe at time *t* >= *H*, the candidates are the key's versions starting at or before
 *t*: all of its versions at or before *H* and some after it. The winner is the greatest by

@@ -787,9 +787,9 @@ def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_
 ):
     # DDL arrives between data: Debezium's PostgreSQL connector learns a new relation from
     # pgoutput and sends the next change with the new row image. A new column is added to
-    # the build table; a type change the table cannot hold blocks it (docs/operations.md,
-    # "Schema drift"): the changes are dead-lettered, nothing is applied on top of a missing
-    # change, and the marker stays.
+    # the build table; a type change the table cannot hold blocks it
+    # (docs/operations/schema-drift.md): the changes are dead-lettered, nothing is applied on
+    # top of a missing change, and the marker stays.
     _create_rates(debezium_stack, rows=50)
     rates = str(tmp_path / "tables" / "rates")
     settings = _ingest_settings(

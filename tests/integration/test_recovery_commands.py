@@ -1,5 +1,5 @@
-"""Damaged files, as docs/recovery.md describes them: each case is damaged for real on storage,
-the installed command refuses to start with one line naming the file, ``lakehouse repair``
+"""Damaged files, as docs/operations/recovery.md describes them: each case is damaged for real on
+storage, the installed command refuses to start with one line naming the file, ``lakehouse repair``
 shows then applies the repair, and the job ends with the tables a run without the damage has.
 
 The refusals and the repairs need no Spark (a second each); the runs after a repair are the

@@ -1,5 +1,5 @@
 """Damaged state without Spark (lakehouse.recovery): what counts as damage, and each rule of
-the repair (docs/recovery.md), on checkpoints and Delta logs laid out on disk.
+the repair (docs/operations/recovery.md), on checkpoints and Delta logs laid out on disk.
 
 Delta tables whose app transactions matter are written by delta-rs (a test's own writer);
 the commits a rule only reads are written as the JSON lines Delta's log holds.
