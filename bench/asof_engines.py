@@ -15,8 +15,6 @@ Engines (``ENGINES``):
     Comparable to the in-process peers.
 ``kernel-1t``
     The same with one thread (as each Spark task runs it).
-``kernel-before``
-    The kernel as it was before issue 6 (:mod:`bench.previous`), same harness.
 ``spark-project``
     The product's path: :func:`lakehouse.join.asof.join_as_of` on DataFrames Spark reads
     from the files, ``local[2]``. Comparable to the Spark peers. The target applies here.
@@ -31,8 +29,6 @@ Engines (``ENGINES``):
     The same call forced onto the shuffle path (``path="shuffle"``: both sides hashed into
     buckets, ``cogroup().applyInArrow``), the fallback for builds the narrow path does not
     take.
-``spark-project-before``
-    The Spark glue and kernel as they were before issue 6.
 ``duckdb``
     ``ASOF LEFT JOIN`` over ``read_parquet``, ``SET threads = 2``.
 ``polars``
@@ -72,14 +68,12 @@ from bench.measure import emit, repeat, runs_dict
 ENGINES = (
     "kernel",
     "kernel-1t",
-    "kernel-before",
     "duckdb",
     "polars",
     "pandas",
     "spark-project",
     "spark-project-cold",
     "spark-project-shuffle",
-    "spark-project-before",
     "spark-window",
     "spark-asof",
     "spark-floor",
@@ -89,12 +83,10 @@ SAMPLED = frozenset(
     {
         "kernel",
         "kernel-1t",
-        "kernel-before",
         "duckdb",
         "spark-project",
         "spark-project-cold",
         "spark-project-shuffle",
-        "spark-project-before",
         "polars",
     }
 )
@@ -104,41 +96,27 @@ Result = tuple[int, int]  # (matched rows, sum of joined v)
 Sample = dict[int, int | None]  # probe id -> joined v
 
 
-def _kernel_engine(build: str, probe: str, *, before: bool, threads: int) -> tuple[Any, Any]:
-    import numpy as np
+def _kernel_engine(build: str, probe: str, *, threads: int) -> tuple[Any, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    if before:
-        from bench.previous import asof_match
-    else:
-        from lakehouse.join.kernel import asof_match
+    from lakehouse.join.kernel import asof_match
 
     def join(ids: list[int] | None) -> tuple[pa.Table, pa.Array]:
         b = pq.read_table(build, columns=["k", "t", "v", "_seq", "_op"])
         p = pq.read_table(probe, columns=["id", "k", "t"])
         if ids is not None:
             p = p.filter(pc.is_in(p["id"], pa.array(ids, pa.int64())))
-        if before:  # the old kernel took numpy arrays (object arrays for strings)
-            idx = asof_match(
-                probe_keys=[p["k"].to_numpy()],
-                probe_time=p["t"].to_numpy(),
-                build_keys=[b["k"].to_numpy()],
-                build_time=b["t"].to_numpy(),
-                build_seq=b["_seq"].to_numpy(),
-                build_is_delete=np.asarray(pc.equal(b["_op"], "d")),
-            )
-        else:
-            idx = asof_match(
-                probe_keys=[p["k"]],
-                probe_time=p["t"],
-                build_keys=[b["k"]],
-                build_time=b["t"],
-                build_seq=b["_seq"],
-                build_is_delete=pc.equal(b["_op"], "d"),
-                threads=threads,
-            )
+        idx = asof_match(
+            probe_keys=[p["k"]],
+            probe_time=p["t"],
+            build_keys=[b["k"]],
+            build_time=b["t"],
+            build_seq=b["_seq"],
+            build_is_delete=pc.equal(b["_op"], "d"),
+            threads=threads,
+        )
         v = b["v"].take(pa.array(idx, mask=idx < 0, type=pa.int64()))
         return p, v
 
@@ -228,12 +206,9 @@ def _spark_engine(name: str, build: str, probe: str, spark_conf: dict[str, str])
 
     def project(ids: list[int] | None) -> Any:
         kw: dict[str, Any] = {}
-        if name == "spark-project-before":
-            from bench.previous import PROBE_TIME_US, join_as_of
-        else:
-            from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+        from lakehouse.join.asof import PROBE_TIME_US, join_as_of
 
-            kw["path"] = "shuffle" if name == "spark-project-shuffle" else "narrow"
+        kw["path"] = "shuffle" if name == "spark-project-shuffle" else "narrow"
         p = spark.read.parquet(probe)
         if ids is not None:
             p = p.filter(F.col("id").isin(ids))
@@ -317,10 +292,8 @@ def main(spec: dict[str, Any]) -> None:
     spark = None
     run: Callable[[], Result]
     sample: Callable[[list[int]], Sample] | None
-    if name in ("kernel", "kernel-1t", "kernel-before"):
-        run, sample = _kernel_engine(
-            build, probe, before=name == "kernel-before", threads=2 if name == "kernel" else 1
-        )
+    if name in ("kernel", "kernel-1t"):
+        run, sample = _kernel_engine(build, probe, threads=2 if name == "kernel" else 1)
     elif name == "duckdb":
         run, sample = _duckdb_engine(build, probe)
     elif name == "polars":

@@ -359,8 +359,7 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
             "project's numpy kernel in one process; `spark-project` the product path "
             "(`join_as_of`, Spark local[2]; the narrow path: an Arrow UDF probing an index "
             "each Python worker builds from the build files and keeps); "
-            "`spark-project-shuffle` the same call on its shuffle (cogroup) fallback; "
-            "`*-before` the code before this issue.",
+            "`spark-project-shuffle` the same call on its shuffle (cogroup) fallback.",
             "",
         ]
         for entry in asof:

@@ -61,12 +61,9 @@ times (:class:`AsOfIndex`):
 
 Nothing grows with probe rows x versions, and against a prepared index the cost per probe
 row grows at most with the logarithm of the history. :func:`asof_match` does both steps at
-once.
-
-Before issue 6 the kernel sorted probe and build rows together with a four-key
-``np.lexsort``, ranked every ``seq`` string with ``np.unique`` over an object array and
-factorised keys as Python objects: 2.9 s for 1M probe rows against 1M versions, where this
-takes about 0.3 s (figures in ``bench/README.md``).
+once. Sorting probe and build rows together, ranking ``seq`` strings as Python objects, or
+factorising keys as Python objects would each cost an order of magnitude (figures in
+``bench/README.md``).
 """
 
 from __future__ import annotations

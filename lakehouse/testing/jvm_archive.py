@@ -3,20 +3,18 @@
 The suite is CPU-bound on two cores, and much of it is JVM start-up: every ``lakehouse``
 command a test runs, every job a crash test kills and restarts, starts a Spark driver that
 loads some 15,000 classes, each read from a jar, parsed and verified. A dynamic class-data
-archive (JEP 350, ``-XX:ArchiveClassesAtExit``) holds them ready to map. Measured side by side
-on an idle machine, one ``lakehouse sql --engine spark`` command: 14 CPU-s and 11.7 s without
-the archive, 10 CPU-s and 8 s with it.
+archive (JEP 350, ``-XX:ArchiveClassesAtExit``) holds them ready to map, so a command starts
+with less CPU.
 
 :func:`spark_archive` builds the archive once, by running ``lakehouse smoke`` (Spark starts,
 writes a Delta table and reads it back: the start-up classes every driver loads) in a JVM that
-writes it when it exits, about 30 seconds. An archive written from the whole Kafka demo took
-two minutes and saved no more (a scheduled-runs test: 72 CPU-s with it, 75 with this one, 107
-with none). It is kept under ``<jvm dir>/cds`` by a key of everything it depends on: the JDK,
-the jars on Spark's classpath (its own, and the Delta, Kafka and S3A jars lakehouse adds: their
-names, sizes and times) and the JVM options. A changed jar or JDK gives a new key, hence a new
-archive; a JVM given an archive that does not match its classpath (a wheel installed elsewhere)
-ignores it, silently (``-Xlog:cds=off``). Nothing of this changes what a JVM computes, only
-how fast it loads its classes. Users' jobs never see it: only the tests'
+writes it when it exits. An archive written from a longer run (the whole Kafka demo) takes
+longer to write and saves no more. It is kept under ``<jvm dir>/cds`` by a key of everything it
+depends on: the JDK, the jars on Spark's classpath (its own, and the Delta, Kafka and S3A jars
+lakehouse adds: their names, sizes and times) and the JVM options. A changed jar or JDK gives a
+new key, hence a new archive; a JVM given an archive that does not match its classpath (a wheel
+installed elsewhere) ignores it, silently (``-Xlog:cds=off``). Nothing of this changes what a
+JVM computes, only how fast it loads its classes. Users' jobs never see it: only the tests'
 ``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) names the archive.
 """
 
