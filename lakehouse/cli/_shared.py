@@ -4,15 +4,26 @@ notices, and waiting for a streaming query."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 from rich.markup import escape
 
 from lakehouse.cli._app import err_console
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def spark_for(settings: Any) -> Any:
+    from lakehouse.config import Settings
+    from lakehouse.join.operator import JoinBatchReport
+    from lakehouse.runner import SupervisedQuery
+
+#: The two streaming jobs, as the commands and their settings sections name them.
+Job = Literal["ingest", "join"]
+
+
+def spark_for(settings: Settings) -> SparkSession:
     """The Spark session for a command, from ``settings.spark`` (master and conf)."""
     from lakehouse.spark import get_spark
 
@@ -24,7 +35,7 @@ def flag_overrides(**flags: Any) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v not in (None, [], ())}
 
 
-def refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
+def refuse_if_written(settings: Settings, command: Job, take_over: bool) -> None:
     """Refuse before Spark starts when another live job writes the tables (the runner's
     lease decides for good when the query starts)."""
     from lakehouse.lease import ensure_free
@@ -33,7 +44,7 @@ def refuse_if_written(settings: Any, command: str, take_over: bool) -> None:
     ensure_free(written_tables(settings, command), take_over=take_over)
 
 
-def require_source(settings: Any, command: str) -> None:
+def require_source(settings: Settings, command: Job) -> None:
     """Refuse before Spark starts a files source whose directory does not exist (Spark would
     start, then fail its first batch).
 
@@ -84,12 +95,14 @@ def notice(message: str) -> None:
     err_console.print(f"[yellow]{escape(message)}[/]")
 
 
-def with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
+def with_schema_block_notice(
+    on_batch: Callable[[JoinBatchReport], None], build_table: str
+) -> Callable[[JoinBatchReport], None]:
     """Wrap the join's progress callback: after each batch, say when the build table is
     blocked on schema (the dimension misses changes: row time waits, processing time joins
     the last consistent version)."""
 
-    def notify(report: Any) -> None:
+    def notify(report: JoinBatchReport) -> None:
         on_batch(report)
         from lakehouse import delta
         from lakehouse.dimension.schema_block import open_block
@@ -108,7 +121,7 @@ def with_schema_block_notice(on_batch: Any, build_table: str) -> Any:
     return notify
 
 
-def run_query(query: Any, what: str) -> bool:
+def run_query(query: SupervisedQuery, what: Job) -> bool:
     """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid, the
     writer lease is released). True when the query ended by itself (not by Ctrl-C)."""
     import signal

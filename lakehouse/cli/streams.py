@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,10 @@ from lakehouse.cli._shared import (
     with_schema_block_notice,
 )
 from lakehouse.config import IngestConfig, IngestTableConfig, JoinConfig, KafkaConfig
+
+if TYPE_CHECKING:
+    from lakehouse.join.operator import JoinBatchReport
+    from lakehouse.join.state import ReleasePlan
 
 # ---------------------------------------------------------------------------------- ingest
 
@@ -302,10 +306,10 @@ def join(
     check_damage(settings, "join")  # before Spark starts
     spark = spark_for(settings)
     progress = Progress(err_console)
-    plans: list[Any] = []
-    all_dead: list[Any] = []
+    plans: list[ReleasePlan] = []
+    all_dead: list[JoinBatchReport] = []
 
-    def on_batch(report: Any) -> None:
+    def on_batch(report: JoinBatchReport) -> None:
         progress.join(report)
         if report.plan is not None:
             plans.append(report.plan)
@@ -344,7 +348,7 @@ def join(
         _finish_bounded_run(cfg, plans[-1] if plans else None)
 
 
-def _finish_bounded_run(cfg: Any, plan: Any) -> None:
+def _finish_bounded_run(cfg: JoinConfig, plan: ReleasePlan | None) -> None:
     """After a ``--until-complete`` run: one line saying it is complete, or why rows are
     left pending and what to do (exit 3: a scheduler's retry after the ingest finishes it)."""
     from lakehouse.join.operator import last_state

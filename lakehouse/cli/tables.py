@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,6 +20,11 @@ from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
 from lakehouse.errors import ConfigError, UnsupportedTableError
 from lakehouse.join import layout as J
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.config import Settings
 
 # ---------------------------------------------------------------------------------- status
 
@@ -268,7 +273,7 @@ _WRITE_NODES = re.compile(
 )
 
 
-def _check_read_only(spark: Any, query: str) -> None:
+def _check_read_only(spark: SparkSession, query: str) -> None:
     """Refuse a query that would write or escape the registered tables, before running it:
     its parsed plan must hold no write or command node (Spark runs commands eagerly in
     ``spark.sql``), and it must not call Java methods (``reflect``)."""
@@ -317,7 +322,7 @@ def _query_error(e: BaseException, views: dict[str, str]) -> str | None:
     return f"Spark refused the query: {message}{at} [{kind}]{hint}"
 
 
-def _project_tables(settings: Any) -> dict[str, str]:
+def _project_tables(settings: Settings) -> dict[str, str]:
     tables: dict[str, str] = {}
     if settings.ingest is not None:
         for t in settings.ingest.tables:
