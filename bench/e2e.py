@@ -563,7 +563,7 @@ def commit_reads(spec: dict[str, Any]) -> dict[str, Any]:
     import statistics
 
     from lakehouse import delta
-    from lakehouse.delta import table
+    from lakehouse.delta import log as delta_log
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)
@@ -579,7 +579,7 @@ def commit_reads(spec: dict[str, Any]) -> dict[str, Any]:
 
     cold, kept = [], []
     for _ in range(spec.get("repeats", 5)):
-        table._PARSED_COMMITS.clear()
+        delta_log._PARSED_COMMITS.clear()
         cold.append(look())
         kept.append(look())
     spark.stop()

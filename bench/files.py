@@ -58,7 +58,7 @@ def _files_on_disk(uri: str) -> int:
 def _run(spark: Any, root: Path, batches: int, *, config: str) -> dict[str, Any]:
     from pyspark.sql.types import StructType
 
-    from lakehouse.delta.table import COMPACT_EVERY_CONF, COMPACT_EVERY_VERSIONS
+    from lakehouse.delta.write import COMPACT_EVERY_CONF, COMPACT_EVERY_VERSIONS
     from lakehouse.join import JoinOptions, TemporalJoin
     from lakehouse.sources.schema import RAW_SCHEMA_DDL
 

@@ -22,7 +22,7 @@ Contract:
   longer names this job, it raises :class:`~lakehouse.errors.WriterLeaseError` and the batch
   writes nothing. It narrows, but cannot close, the window of a take-over during a batch:
   that is what Delta's optimistic concurrency and the application transaction ids cover
-  (see :mod:`lakehouse.delta.table`).
+  (see :mod:`lakehouse.delta.write`).
 * **Release.** The lease files are deleted when the query stops (the watcher thread sees it
   inactive) or the process exits normally; never when they already name another job.
 

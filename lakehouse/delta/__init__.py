@@ -1,4 +1,4 @@
-"""Delta tables through delta-spark: the one module that knows Delta (ARCHITECTURE.md).
+"""Delta tables through delta-spark: the one package that knows Delta (ARCHITECTURE.md).
 
 A micro-batch takes one :class:`TableSnapshot` of each table it needs (:func:`snapshot`),
 decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's idempotent
@@ -6,38 +6,38 @@ decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's
 """
 
 from lakehouse.delta._engine import LOG_READS as LOG_READS
-from lakehouse.delta.table import META_OPERATION as META_OPERATION
-from lakehouse.delta.table import META_REASON as META_REASON
-from lakehouse.delta.table import NAMESPACE as NAMESPACE
-from lakehouse.delta.table import CommitInfo as CommitInfo
-from lakehouse.delta.table import TableSnapshot as TableSnapshot
-from lakehouse.delta.table import WriteResult as WriteResult
-from lakehouse.delta.table import append as append
-from lakehouse.delta.table import batch_scope as batch_scope
-from lakehouse.delta.table import check_compatible as check_compatible
-from lakehouse.delta.table import commit_info as commit_info
-from lakehouse.delta.table import commit_metadata as commit_metadata
-from lakehouse.delta.table import compact_files as compact_files
-from lakehouse.delta.table import create_table as create_table
-from lakehouse.delta.table import files_at as files_at
-from lakehouse.delta.table import first_inexact as first_inexact
-from lakehouse.delta.table import get_properties as get_properties
-from lakehouse.delta.table import history as history
-from lakehouse.delta.table import inexact as inexact
-from lakehouse.delta.table import latest_version as latest_version
-from lakehouse.delta.table import local_path as local_path
-from lakehouse.delta.table import overwrite as overwrite
-from lakehouse.delta.table import read as read
-from lakehouse.delta.table import read_files as read_files
-from lakehouse.delta.table import row_count as row_count
-from lakehouse.delta.table import same_type as same_type
-from lakehouse.delta.table import set_properties as set_properties
-from lakehouse.delta.table import snapshot as snapshot
-from lakehouse.delta.table import spark_schema_to_arrow as spark_schema_to_arrow
-from lakehouse.delta.table import table_exists as table_exists
-from lakehouse.delta.table import table_schema as table_schema
-from lakehouse.delta.table import transaction_version as transaction_version
-from lakehouse.delta.table import widen_columns as widen_columns
+from lakehouse.delta.ddl import create_table as create_table
+from lakehouse.delta.ddl import local_path as local_path
+from lakehouse.delta.ddl import set_properties as set_properties
+from lakehouse.delta.ddl import widen_columns as widen_columns
+from lakehouse.delta.log import META_OPERATION as META_OPERATION
+from lakehouse.delta.log import META_REASON as META_REASON
+from lakehouse.delta.log import NAMESPACE as NAMESPACE
+from lakehouse.delta.log import CommitInfo as CommitInfo
+from lakehouse.delta.log import TableSnapshot as TableSnapshot
+from lakehouse.delta.log import WriteResult as WriteResult
+from lakehouse.delta.log import batch_scope as batch_scope
+from lakehouse.delta.log import commit_info as commit_info
+from lakehouse.delta.log import commit_metadata as commit_metadata
+from lakehouse.delta.log import get_properties as get_properties
+from lakehouse.delta.log import history as history
+from lakehouse.delta.log import latest_version as latest_version
+from lakehouse.delta.log import snapshot as snapshot
+from lakehouse.delta.log import table_exists as table_exists
+from lakehouse.delta.log import table_schema as table_schema
+from lakehouse.delta.log import transaction_version as transaction_version
+from lakehouse.delta.scan import files_at as files_at
+from lakehouse.delta.scan import read as read
+from lakehouse.delta.scan import read_files as read_files
+from lakehouse.delta.scan import row_count as row_count
+from lakehouse.delta.schema import check_compatible as check_compatible
+from lakehouse.delta.schema import first_inexact as first_inexact
+from lakehouse.delta.schema import inexact as inexact
+from lakehouse.delta.schema import same_type as same_type
+from lakehouse.delta.schema import spark_schema_to_arrow as spark_schema_to_arrow
+from lakehouse.delta.write import append as append
+from lakehouse.delta.write import compact_files as compact_files
+from lakehouse.delta.write import overwrite as overwrite
 
 __all__ = [
     "NAMESPACE",

@@ -53,7 +53,7 @@ class LogView:
 
     def commit(self, version: int) -> Any:
         """The commit that created ``version`` (None when the log no longer has it)."""
-        from lakehouse.delta.table import CommitInfo
+        from lakehouse.delta.log import CommitInfo
 
         entry = self._entries(self.version - version + 1).get(version)
         if entry is None:

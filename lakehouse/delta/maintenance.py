@@ -1,8 +1,9 @@
 """Maintenance operations on Delta tables, through delta-spark: deleting chosen rows of an
 append-only table (compaction), and a vacuum that keeps chosen versions readable.
 
-Kept apart from :mod:`.table` (the pipelines' read/append path) but, like it, the only place
-that runs these operations (ARCHITECTURE.md: all Delta access behind ``lakehouse/delta``).
+Kept apart from the pipelines' read and write path (:mod:`.scan`, :mod:`.write`) but, like
+it, the only place that runs these operations (ARCHITECTURE.md: all Delta access behind
+``lakehouse/delta``).
 """
 
 from __future__ import annotations
@@ -10,17 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.delta.table import (
-    WriteResult,
-    _after_write,
-    _first_line,
-    _java_class,
-    _quote,
-    _session,
-    _sql_metadata,
-    files_at,
-    snapshot,
-)
+from lakehouse.delta.ddl import _quote, _sql_metadata
+from lakehouse.delta.log import WriteResult, _after_write, _first_line, _session, snapshot
+from lakehouse.delta.scan import files_at
+from lakehouse.delta.write import _java_class
 from lakehouse.errors import ConcurrentCommitError
 from lakehouse.failpoints import failpoint
 

@@ -16,7 +16,7 @@ from test_snapshot_signals import T0, Stream, _rates, _raw, _sink, _target
 
 from lakehouse import delta
 from lakehouse.checkpoint import META_CHECKPOINT, META_CHECKPOINT_ID, checkpoint_id
-from lakehouse.delta.table import AUTO_COMPACT
+from lakehouse.delta.write import AUTO_COMPACT
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension import layout as L
 from lakehouse.dimension.marker import phase_of

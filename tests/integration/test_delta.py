@@ -153,12 +153,12 @@ def test_a_commit_is_read_from_storage_once_per_process(spark, tmp_path, monkeyp
     import collections
     import shutil
 
-    from lakehouse.delta import table
+    from lakehouse.delta import log
 
     uri = str(tmp_path / "t")
     delta.append(_rows(spark, 0, 2), uri, txn=("job", 0), metadata={"lakehouse.batchId": 0})
     delta.append(_rows(spark, 2, 3), uri, txn=("job", 1), metadata={"lakehouse.batchId": 1})
-    monkeypatch.setattr(table, "_PARSED_COMMITS", collections.OrderedDict())  # a new process
+    monkeypatch.setattr(log, "_PARSED_COMMITS", collections.OrderedDict())  # a new process
     read: list[int] = []
     commit_lines = _engine.commit_lines
     monkeypatch.setattr(_engine, "commit_lines", lambda *a: read.append(a[2]) or commit_lines(*a))

@@ -1,0 +1,467 @@
+"""One look at a Delta table: its snapshot (version, properties, schema, protocol, recent
+commits and their metadata), the session it is read through, and the commit metadata a batch
+writes with.
+
+:func:`snapshot` reads a table's log once and returns a :class:`TableSnapshot` that the batch
+decides from; parsed commits are kept per process (a commit file never changes). Delta itself
+refuses to read a table whose protocol it cannot honour; the few places that read a pinned
+version's parquet files directly (the row-time join's caches) do so only when
+:meth:`TableSnapshot.readable_by_files` says the files alone are the table.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import json
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from lakehouse.delta import _engine
+from lakehouse.errors import (
+    TableNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+NAMESPACE = "lakehouse."
+#: Commit metadata: why a commit that is not a batch's was made (the history shows it).
+META_REASON = NAMESPACE + "reason"
+#: Commit metadata: the maintenance operation of a commit (``compact``, ``vacuum``).
+META_OPERATION = NAMESPACE + "operation"
+
+log = logging.getLogger("lakehouse.delta")
+
+#: How a write treats columns the table lacks and types that differ (see :func:`append`).
+SchemaMode = Literal["strict", "merge", "widen"]
+
+#: Commit metadata: ``lakehouse.*`` keys; values are stringified (non-strings as JSON).
+Metadata = Mapping[str, Any] | None
+
+#: Reader features under which a version's parquet files, read with the table schema, are
+#: exactly its rows. Others change what the files mean: deletion vectors hide rows the files
+#: still hold, column mapping renames the files' physical columns, type widening leaves older
+#: files with narrower types. See https://github.com/delta-io/delta/blob/master/PROTOCOL.md
+FILE_READABLE_FEATURES = frozenset(
+    {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
+)
+
+#: The table property that makes Delta compact a table's small files after a write
+#: (``spark.databricks.delta.autoCompact.minNumFiles``). Not set by default: Delta also runs
+#: it right after any write of several small files, a commit and a job more per batch.
+
+#: Session setting through which Delta takes ``userMetadata`` for SQL commands.
+_USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+#: Parsed commits by (log path, table id, version, file length, file time), newest kept: a
+#: micro-batch looks at its tables' recent commits, and each is read from storage once per
+#: process, not once per batch. A commit file is written once (Delta's put-if-absent), a table
+#: created again in the same place gets a new id, and a commit written again after a repair is
+#: another file (the newest commits are listed with their length and time), so an entry never
+#: goes stale. Only the ``commitInfo`` and ``txn`` actions are kept (:class:`CommitInfo`), a few
+#: hundred bytes each.
+_PARSED_COMMITS: collections.OrderedDict[tuple[str, str, int, int, int], CommitInfo] = (
+    collections.OrderedDict()
+)
+_MAX_PARSED_COMMITS = 4096
+_parsed_lock = threading.Lock()  # foreachBatch handlers of several queries share it
+
+#: SQL commands that carry commit metadata set it on the session: one at a time.
+_sql_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitInfo:
+    """One commit of a table's history.
+
+    Attributes:
+        version: the table version the commit created.
+        timestamp_ms: commit time, epoch milliseconds.
+        operation: Delta's operation name (``WRITE``, ``SET TBLPROPERTIES``, ...).
+        metadata: the ``lakehouse.*`` keys of the commit's ``userMetadata``, values as written.
+        app_transactions: the ``(app_id -> version)`` transactions the commit recorded.
+        rows: rows the commit wrote (``numOutputRows``), 0 when it wrote none.
+    """
+
+    version: int
+    timestamp_ms: int
+    operation: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    app_transactions: Mapping[str, int] = field(default_factory=dict)
+    rows: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteResult:
+    """What a write did.
+
+    Attributes:
+        version: the table version it created; the version already there when skipped.
+        skipped: True when the table already held the transaction (a replayed batch).
+        rows: rows written (0 when skipped).
+    """
+
+    version: int
+    skipped: bool
+    rows: int
+
+
+class TableSnapshot:
+    """One look at a table's log: everything a micro-batch decides from, read once.
+
+    Built by :func:`snapshot`. The version, properties, schema and protocol come with it; the
+    metadata of recent commits (:meth:`commits`) and the app transactions
+    (:meth:`transaction_version`) are read the first time they are asked for and kept. A
+    snapshot never changes: a batch that wrote the table takes a new one to see its write.
+
+    Attributes:
+        uri: the table location.
+        exists: False when no Delta table is at ``uri`` (then ``version`` is -1).
+        version: the latest version at the time of the look.
+        properties: table properties (``delta.*`` and ``lakehouse.*``).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        uri: str,
+        *,
+        log: Any | None = None,
+        jsnapshot: Any | None = None,
+    ) -> None:
+        self.spark = spark
+        self.uri = uri
+        self._log = log
+        self._jsnapshot = jsnapshot
+        self.exists = jsnapshot is not None and int(jsnapshot.version()) >= 0
+        self.version = int(jsnapshot.version()) if self.exists else -1
+        self.properties: Mapping[str, str] = _engine.properties(jsnapshot) if self.exists else {}
+        self._schema: StructType | None = None
+        self._commits: dict[int, CommitInfo | None] = {}
+        self._files: dict[int, Any] | None = None
+        self._txns: dict[str, int] | None = None
+        self._log_key: tuple[str, str] | None = None  # (log path, table id), asked once
+
+    def __repr__(self) -> str:
+        return f"TableSnapshot({self.uri!r}, version={self.version})"
+
+    @property
+    def table_id(self) -> str:
+        """Delta's id of the table (a table deleted and created again gets a new one)."""
+        return str(self._jsnapshot.metadata().id()) if self.exists else ""
+
+    @property
+    def schema(self) -> StructType:
+        """The table schema (empty when there is no table)."""
+        from pyspark.sql.types import StructType
+
+        if self._schema is None:
+            self._schema = (
+                StructType.fromJson(json.loads(_engine.schema_json(self._jsnapshot)))
+                if self.exists
+                else StructType([])
+            )
+        return self._schema
+
+    def require(self) -> TableSnapshot:
+        """Return self; raise :class:`TableNotFoundError` when there is no table."""
+        if not self.exists:
+            raise TableNotFoundError.at(self.uri)
+        return self
+
+    def commit(self, version: int) -> CommitInfo | None:
+        """The commit that created ``version`` (None when the log no longer has it)."""
+        if version < 0 or version > self.version:
+            return None
+        if version not in self._commits:
+            # a version of a table is committed once: its parse is kept for the process
+            if self._log_key is None:
+                self._log_key = (str(self._log.logPath()), self.table_id)
+            if self._files is None:
+                self._files = _engine.commit_files(self._jsnapshot)
+            status = self._files.get(version)
+            # the file's length and time where the listing gave them: a torn newest commit
+            # that `lakehouse repair` removed is written again, as another file
+            stamp = (-1, -1) if status is None else _engine.file_stamp(status)
+            known = (*self._log_key, version, *stamp)
+            with _parsed_lock:
+                found = _PARSED_COMMITS.get(known)
+            if found is None:
+                lines = _engine.commit_lines(self.spark, self._log, version, status)
+                found = _parse_commit(version, lines) if lines else None
+                if found is not None:
+                    with _parsed_lock:
+                        _PARSED_COMMITS[known] = found
+                        while len(_PARSED_COMMITS) > _MAX_PARSED_COMMITS:
+                            _PARSED_COMMITS.popitem(last=False)
+            self._commits[version] = found
+        return self._commits[version]
+
+    def commits(self, limit: int) -> Iterator[CommitInfo]:
+        """The last ``limit`` commits, newest first (fewer when the log holds fewer)."""
+        for version in range(self.version, max(self.version - limit, -1), -1):
+            info = self.commit(version)
+            if info is not None:
+                yield info
+
+    def find(self, limit: int, **metadata: str) -> CommitInfo | None:
+        """The newest of the last ``limit`` commits whose metadata has every given key/value,
+        keys spelled without the ``lakehouse.`` prefix (``find(8, pipeline="p", batchId="3")``)."""
+        wanted = {NAMESPACE + k: v for k, v in metadata.items()}
+        for info in self.commits(limit):
+            if all(info.metadata.get(k) == v for k, v in wanted.items()):
+                return info
+        return None
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last version recorded for application transaction ``app_id``, or None.
+
+        Delta rebuilds the table's state for this (small Spark jobs over the log); an
+        idempotent write of the same snapshot in the same batch reuses it.
+        """
+        if not self.exists:
+            return None
+        if self._txns is None:
+            self._txns = _engine.transactions(self._jsnapshot)
+        return self._txns.get(app_id)
+
+    def records(self, app_id: str, version: int) -> bool:
+        """Whether the table records ``app_id`` at ``version`` or later (a replayed batch)."""
+        recorded = self.transaction_version(app_id)
+        return recorded is not None and recorded >= version
+
+    def readable_by_files(self) -> bool:
+        """Whether the parquet files of a version, read with the table schema, are exactly its
+        rows: no partition columns, no column mapping, and only reader features in
+        :data:`FILE_READABLE_FEATURES`."""
+        if not self.exists:
+            return False
+        _, features = _engine.reader_features(self._jsnapshot)
+        mapping = self.properties.get("delta.columnMapping.mode", "none")
+        return (
+            set(features) <= FILE_READABLE_FEATURES
+            and mapping == "none"
+            and not _engine.partition_columns(self._jsnapshot)
+        )
+
+
+def _parse_commit(version: int, lines: list[str]) -> CommitInfo:
+    info: dict[str, Any] = {}
+    txns: dict[str, int] = {}
+    for line in lines:
+        # only the two actions we need; add/remove lines (most of a commit) are not parsed
+        if line.startswith('{"commitInfo"'):
+            info = json.loads(line)["commitInfo"]
+        elif line.startswith('{"txn"'):
+            txn = json.loads(line)["txn"]
+            txns[str(txn["appId"])] = int(txn["version"])
+    metadata: dict[str, str] = {}
+    raw = info.get("userMetadata")
+    if raw:
+        with contextlib.suppress(ValueError, TypeError):
+            decoded = json.loads(raw)
+            if isinstance(decoded, dict):
+                metadata = {
+                    str(k): str(v) for k, v in decoded.items() if str(k).startswith(NAMESPACE)
+                }
+    metrics = info.get("operationMetrics") or {}
+    return CommitInfo(
+        version=version,
+        timestamp_ms=int(info.get("inCommitTimestamp") or info.get("timestamp") or 0),
+        operation=str(info.get("operation", "")),
+        metadata=metadata,
+        app_transactions=txns,
+        rows=int(metrics.get("numOutputRows", 0) or 0),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions and snapshots
+
+
+def _session(spark: SparkSession | None = None) -> SparkSession:
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from lakehouse.spark import get_spark
+
+    return get_spark()
+
+
+#: The snapshots of the running batch scope (see :func:`batch_scope`), per thread of control.
+_scope: contextvars.ContextVar[dict[str, TableSnapshot] | None] = contextvars.ContextVar(
+    "lakehouse_delta_batch_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def batch_scope() -> Iterator[None]:
+    """Within it, each table's log is read at most once.
+
+    A micro-batch handler runs its body inside one: the first :func:`snapshot` of a table
+    reads its log, later ones (and every function of this module that looks at the table)
+    get the same snapshot, and a write of this process replaces it with the snapshot Delta
+    installed after the commit (no listing). The handler is the table's only writer (the
+    writer lease), so nothing else changes what it decides from; a racing writer of the same
+    batch still loses in Delta's own conflict check.
+    """
+    token = _scope.set({})
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def snapshot(uri: str, *, spark: SparkSession | None = None) -> TableSnapshot:
+    """Look at the table's log once (one listing of ``_delta_log``); inside a
+    :func:`batch_scope`, once per scope.
+
+    A missing table is not an error here: the snapshot says ``exists=False``.
+    """
+    scope = _scope.get()
+    if scope is not None and uri in scope:
+        return scope[uri]
+    spark = _session(spark)
+    log = _engine.delta_log(spark, uri)
+    jsnapshot = _engine.latest(spark, log, uri)
+    snap = TableSnapshot(spark, uri, log=log, jsnapshot=jsnapshot)
+    if scope is not None:
+        scope[uri] = snap
+    return snap
+
+
+def _after_write(spark: SparkSession, uri: str) -> TableSnapshot:
+    """The table as this process's own commit left it: the snapshot Delta installed after the
+    commit (no listing of the log). Replaces the batch scope's snapshot of the table."""
+    log = _engine.delta_log(spark, uri)
+    snap = TableSnapshot(spark, uri, log=log, jsnapshot=_engine.installed(log))
+    scope = _scope.get()
+    if scope is not None:
+        scope[uri] = snap
+    return snap
+
+
+def _look(uri: str, spark: SparkSession | None) -> Any:
+    """A read-only look at the log: without any Spark session, delta-rs's :class:`~lakehouse.
+    delta.inspect.LogView` when it can open the table (no JVM started for a status command);
+    the engine's :class:`TableSnapshot` otherwise."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        if SparkSession.getActiveSession() is None:
+            from lakehouse.delta.inspect import open_view
+
+            view = open_view(uri)
+            if view is not None:
+                return view
+    return snapshot(uri, spark=spark)
+
+
+def table_exists(uri: str, *, spark: SparkSession | None = None) -> bool:
+    """Return True when a Delta table (a ``_delta_log`` with a commit) is at ``uri``."""
+    return bool(_look(uri, spark).exists)
+
+
+def latest_version(uri: str, *, spark: SparkSession | None = None) -> int:
+    """Return the latest committed version of the table."""
+    return int(_look(uri, spark).require().version)
+
+
+def get_properties(
+    uri: str, *, version: int | None = None, spark: SparkSession | None = None
+) -> dict[str, str]:
+    """Return the table properties (``delta.*`` and ``lakehouse.*``) at a version."""
+    snap = _look(uri, spark).require()
+    if version is None or version == snap.version:
+        return dict(snap.properties)
+    if not isinstance(snap, TableSnapshot):
+        snap = snapshot(uri, spark=spark).require()
+    return _engine.properties(_snapshot_at(snap, version))
+
+
+def _snapshot_at(snap: TableSnapshot, version: int) -> Any:
+    try:
+        return _engine.snapshot_at(snap.spark, snap._log, version)
+    except Exception as e:
+        raise TableNotFoundError(
+            f"Delta table '{snap.uri}' has no version {version} (latest {snap.version}): "
+            f"{_first_line(e)}",
+            table_uri=snap.uri,
+        ) from e
+
+
+def transaction_version(uri: str, app_id: str, *, spark: SparkSession | None = None) -> int | None:
+    """Return the last version recorded for application transaction ``app_id``, or None."""
+    return _look(uri, spark).require().transaction_version(app_id)
+
+
+def history(
+    uri: str, *, limit: int | None = None, spark: SparkSession | None = None
+) -> list[CommitInfo]:
+    """Return the table's commits, newest first, with their ``lakehouse.*`` metadata."""
+    snap = _look(uri, spark).require()
+    return list(snap.commits(limit if limit is not None else snap.version + 1))
+
+
+def commit_info(uri: str, version: int, *, spark: SparkSession | None = None) -> CommitInfo | None:
+    """Return the commit that created ``version``, or None when the log no longer has it."""
+    return _look(uri, spark).require().commit(version)
+
+
+def table_schema(
+    uri: str, *, version: int | None = None, spark: SparkSession | None = None
+) -> StructType:
+    """Return the table's schema."""
+    from pyspark.sql.types import StructType
+
+    snap = snapshot(uri, spark=spark).require()
+    if version is None or version == snap.version:
+        return snap.schema
+    return StructType.fromJson(json.loads(_engine.schema_json(_snapshot_at(snap, version))))
+
+
+def _encode_metadata(metadata: Metadata) -> dict[str, str]:
+    """Stringify commit metadata values; keys must already carry the ``lakehouse.`` prefix."""
+    encoded: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        if not key.startswith(NAMESPACE):
+            raise ValueError(f"commit metadata key {key!r} must start with {NAMESPACE!r}")
+        encoded[key] = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+    return encoded
+
+
+#: Metadata every commit inside :func:`commit_metadata` carries (a job's identity).
+_job_metadata: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "lakehouse_delta_job_metadata", default=None
+)
+
+
+@contextlib.contextmanager
+def commit_metadata(metadata: Mapping[str, Any]) -> Iterator[None]:
+    """Every commit made within carries ``metadata`` (``lakehouse.*`` keys) as well as its
+    own; a commit's own keys win. The runner wraps each micro-batch in it, so every version
+    a job writes names the checkpoint it came from (:mod:`lakehouse.checkpoint`)."""
+    token = _job_metadata.set({**(_job_metadata.get() or {}), **metadata})
+    try:
+        yield
+    finally:
+        _job_metadata.reset(token)
+
+
+def _user_metadata(metadata: Metadata) -> str | None:
+    encoded = _encode_metadata({**(_job_metadata.get() or {}), **(metadata or {})})
+    return json.dumps(encoded, sort_keys=True) if encoded else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "desc", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

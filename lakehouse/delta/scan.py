@@ -1,0 +1,106 @@
+"""Reading Delta tables: a version pinned with ``versionAsOf`` (:func:`read`), or the parquet
+files of a version when its files alone are the table (:func:`read_files`, :func:`files_at`).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.delta.log import TableSnapshot, _first_line, _look, _session, snapshot
+from lakehouse.errors import (
+    TableNotFoundError,
+    UnsupportedTableError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read(spark: SparkSession, uri: str, *, version: int | None = None) -> DataFrame:
+    """Read the table at ``version`` (latest when None) as a Spark DataFrame (Delta's
+    ``versionAsOf``). Lazy: nothing is scanned until an action runs.
+
+    Raises:
+        TableNotFoundError: no table, or no such version.
+        UnsupportedTableError: Delta refuses the table's protocol.
+    """
+    snap = snapshot(uri, spark=spark).require()
+    if version is not None and version > snap.version:
+        raise TableNotFoundError(
+            f"Delta table '{uri}' has no version {version} (latest {snap.version})",
+            table_uri=uri,
+        )
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    try:
+        return reader.load(uri)
+    except Exception as e:
+        raise _read_error(uri, version, e) from e
+
+
+#: The file list and schema of table versions already read: a version never changes, so a
+#: join pinning the same build version batch after batch asks Delta for its files once.
+_VERSION_FILES: collections.OrderedDict[tuple[str, str, int], tuple[tuple[str, ...], Any]] = (
+    collections.OrderedDict()
+)
+_VERSION_FILES_MAX = 64
+
+
+def read_files(spark: SparkSession, snap: TableSnapshot, *, version: int) -> DataFrame:
+    """Read a version as a plain parquet scan of exactly its files, when
+    :meth:`TableSnapshot.readable_by_files` allows (the same rows as :func:`read`, in a form
+    whose file set callers can cache and extend); Delta's own read otherwise."""
+    if not snap.readable_by_files():
+        return read(spark, snap.uri, version=version)
+    key = (snap.uri, snap.table_id, version)
+    cached = _VERSION_FILES.get(key)
+    if cached is None:
+        delta_df = read(spark, snap.uri, version=version)
+        # local files as plain paths: the spelling Spark's own parquet scans compare equal with
+        files = tuple(sorted(_local_path(f) for f in delta_df.inputFiles()))
+        schema = snap.schema if version == snap.version else delta_df.schema
+        cached = (files, schema)
+        _VERSION_FILES[key] = cached
+        while len(_VERSION_FILES) > _VERSION_FILES_MAX:
+            _VERSION_FILES.popitem(last=False)
+    files, schema = cached
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*files)
+
+
+def _local_path(uri: str) -> str:
+    if uri.startswith("file:"):
+        return "/" + uri[len("file:") :].lstrip("/")
+    return uri
+
+
+def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:
+    """The data files (URIs) the table's snapshot at ``version`` reads."""
+    spark = _session(spark)
+    return sorted(read(spark, uri, version=version).inputFiles())
+
+
+def _read_error(uri: str, version: int | None, e: Exception) -> Exception:
+    text = _first_line(e)
+    if "DELTA_UNSUPPORTED_FEATURES_FOR_READ" in text or "UnsupportedTableFeature" in text:
+        return UnsupportedTableError(
+            f"Delta table '{uri}' needs a feature this delta-spark cannot read: {text}",
+            table_uri=uri,
+            feature="protocol",
+        )
+    if "VERSION" in text.upper() and version is not None:
+        return TableNotFoundError(
+            f"Delta table '{uri}' has no version {version}: {text}", table_uri=uri
+        )
+    return e
+
+
+def row_count(uri: str, *, version: int | None = None, spark: SparkSession | None = None) -> int:
+    """Rows in the table at a version (Delta answers from its file statistics)."""
+    snap = _look(uri, spark)
+    if version is None and not isinstance(snap, TableSnapshot):
+        return int(snap.require().row_count())
+    return int(read(_session(spark), uri, version=version).count())

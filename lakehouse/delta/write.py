@@ -1,0 +1,284 @@
+"""Writing Delta tables: appends and overwrites as DataFrame writes with Delta's idempotent
+transaction options ``txnAppId``/``txnVersion`` (the documented ``foreachBatch`` idiom).
+
+A write whose ``(app_id, version)`` the table already records at a version >= ``version`` is a
+no-op. lakehouse looks first, on the same snapshot the write then uses, so a replay is reported
+as skipped without starting a job; a second copy of the same pipeline racing this one loses
+with Delta's ``ConcurrentTransactionException`` and is reported as skipped too, never writing
+the batch twice (tests/integration/test_writer_race.py). Appends compact a table's small files
+every :data:`COMPACT_EVERY_VERSIONS` versions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Literal
+
+from lakehouse.delta.ddl import _quote, _sql_metadata, widen_columns
+from lakehouse.delta.log import (
+    META_REASON,
+    Metadata,
+    SchemaMode,
+    TableSnapshot,
+    WriteResult,
+    _after_write,
+    _first_line,
+    _session,
+    _user_metadata,
+    snapshot,
+)
+from lakehouse.delta.schema import check_compatible, same_type
+from lakehouse.errors import (
+    ConcurrentCommitError,
+    SchemaMismatchError,
+)
+from lakehouse.failpoints import failpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+log = logging.getLogger("lakehouse.delta")
+
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+#: Appends compact a table's small files (Delta's ``OPTIMIZE``: bin-packing, a commit of its
+#: own that changes no rows) each time its version passes a multiple of this: a table a
+#: micro-batch appends to every batch then reads a bounded number of live files, at the cost
+#: of one ``OPTIMIZE`` job per this many versions. The Spark setting
+#: :data:`COMPACT_EVERY_CONF` overrides it; 0 turns it off.
+COMPACT_EVERY_VERSIONS = 100
+COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
+
+
+def append(
+    df: DataFrame,
+    uri: str,
+    *,
+    txn: tuple[str, int] | None = None,
+    metadata: Metadata = None,
+    schema_mode: SchemaMode = "strict",
+    max_files: int | None = None,
+    snap: TableSnapshot | None = None,
+    compact_every: int | None = None,
+) -> WriteResult:
+    """Append a DataFrame to the table, creating the table when it does not exist.
+
+    Args:
+        df: the rows; its schema must match the table's (see ``schema_mode``).
+        uri: table location.
+        txn: ``(app_id, version)``, given to Delta as ``txnAppId``/``txnVersion``: the write
+            is a **no-op when the table already records ``app_id`` at a version >=
+            ``version``** (a replayed micro-batch). Without it, every call appends.
+        metadata: ``lakehouse.*`` keys for the commit's ``userMetadata`` (values are
+            stringified; non-strings as JSON). They appear in :func:`history`.
+        schema_mode: ``"merge"`` adds the DataFrame's new columns to the table (older rows
+            read NULL); ``"strict"`` refuses them; both refuse type changes. ``"widen"``
+            merges, and meets a type change without loss: a column whose values fit the
+            table's type is cast to it, a table column whose values fit the DataFrame's
+            type is widened to it first (:func:`widen_columns`, a commit of its own).
+        max_files: coalesce the DataFrame to at most this many files first (small batches
+            otherwise leave one small file per Spark partition).
+        snap: the batch's snapshot of the table, when it has one (saves a look at the log;
+            its app transactions are the ones Delta's own check then uses).
+        compact_every: when the commit takes the table's version past a multiple of this,
+            its small files are compacted right after (:func:`compact_files`); 0: never;
+            None: the session's :data:`COMPACT_EVERY_CONF`, else
+            :data:`COMPACT_EVERY_VERSIONS`.
+
+    Returns:
+        What was written (the data commit, not a compaction's). An empty DataFrame still
+        commits (recording the transaction and the metadata), so every batch leaves a trace
+        in the history.
+
+    Raises:
+        SchemaMismatchError: see :func:`check_compatible`.
+    """
+    return _write(
+        df,
+        uri,
+        mode="append",
+        txn=txn,
+        metadata=metadata,
+        schema_mode=schema_mode,
+        max_files=max_files,
+        snap=snap,
+        compact_every=compact_every,
+    )
+
+
+def overwrite(
+    df: DataFrame,
+    uri: str,
+    *,
+    txn: tuple[str, int] | None = None,
+    metadata: Metadata = None,
+    max_files: int | None = None,
+    snap: TableSnapshot | None = None,
+) -> WriteResult:
+    """Replace the table's rows with the DataFrame's, in one commit (older versions stay
+    readable by time travel; properties and app transactions stay). Idempotence and metadata
+    as in :func:`append`."""
+    return _write(
+        df,
+        uri,
+        mode="overwrite",
+        txn=txn,
+        metadata=metadata,
+        schema_mode="merge",
+        max_files=max_files,
+        snap=snap,
+    )
+
+
+def _write(
+    df: DataFrame,
+    uri: str,
+    *,
+    mode: Literal["append", "overwrite"],
+    txn: tuple[str, int] | None,
+    metadata: Metadata,
+    schema_mode: SchemaMode,
+    max_files: int | None,
+    snap: TableSnapshot | None,
+    compact_every: int | None = 0,
+) -> WriteResult:
+    spark = df.sparkSession
+    snap = snap if snap is not None else snapshot(uri, spark=spark)
+    if snap.exists:
+        if txn is not None and snap.records(*txn):
+            return WriteResult(version=snap.version, skipped=True, rows=0)
+        if schema_mode == "widen":
+            read = snap.version
+            df, snap = _meet_types(df, uri, snap)
+            if snap.version != read:
+                failpoint("widen.before_data", txn[1] if txn is not None else 0)
+        check_compatible(
+            uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
+        )
+    writer = (df.coalesce(max_files) if max_files else df).write.format("delta").mode(mode)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+    text = _user_metadata(metadata)
+    if text is not None:
+        writer = writer.option("userMetadata", text)
+    if schema_mode != "strict":
+        writer = writer.option("mergeSchema", "true")
+    try:
+        writer.save(uri)
+    except Exception as e:
+        name = _java_class(e)
+        if txn is not None and "ConcurrentTransaction" in name:
+            # another copy of this pipeline committed the same batch first: written once
+            return WriteResult(version=_after_write(spark, uri).version, skipped=True, rows=0)
+        if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
+            raise ConcurrentCommitError(
+                f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
+                table_uri=uri,
+            ) from e
+        if "DELTA_FAILED_TO_MERGE_FIELDS" in str(e) or "SCHEMA" in str(e).split("]")[0].upper():
+            raise SchemaMismatchError(
+                f"Delta table '{uri}' refused the data's schema: {_first_line(e)}",
+                table_uri=uri,
+            ) from e
+        raise
+    after = _after_write(spark, uri)
+    info = after.commit(after.version)
+    before = snap.version if snap.exists else -1
+    if compact_every is None:
+        compact_every = int(spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS)))
+    if mode == "append" and _crossed(before, after.version, compact_every):
+        try:
+            compact_files(uri, spark=spark)
+        except Exception as e:
+            # maintenance after a committed write: a lost race with another writer of the
+            # table (a shared dead-letter table) must not fail the batch; the next multiple
+            # tries again
+            log.warning("Delta table %s: compaction skipped: %s", uri, _first_line(e))
+        failpoint("optimize.after_commit", txn[1] if txn is not None else 0)
+    if txn is not None and (info is None or info.app_transactions.get(txn[0]) != txn[1]):
+        # Delta skipped it: the transaction arrived in a commit after our snapshot
+        for past in after.commits(max(after.version - snap.version, 1)):
+            if past.app_transactions.get(txn[0]) == txn[1]:
+                return WriteResult(version=past.version, skipped=False, rows=past.rows)
+        return WriteResult(version=after.version, skipped=True, rows=0)
+    return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
+
+
+def _crossed(before: int, after: int, every: int) -> bool:
+    """Whether versions ``before`` -> ``after`` passed a multiple of ``every`` (0: never).
+
+    A new table (``before`` -1) has crossed nothing at its first commit.
+
+    >>> _crossed(99, 100, 100), _crossed(100, 101, 100), _crossed(98, 103, 100)
+    (True, False, True)
+    >>> _crossed(-1, 0, 100), _crossed(-1, 1, 100)
+    (False, False)
+    """
+    return every > 0 and after // every > max(before, 0) // every
+
+
+def compact_files(uri: str, *, spark: SparkSession | None = None) -> int | None:
+    """Compact the table's small files with Delta's ``OPTIMIZE`` (bin-packing into files of
+    ``spark.databricks.delta.optimize.maxFileSize``): one commit that changes no rows, keeps
+    properties and app transactions, and leaves the replaced files for vacuum. Returns its
+    version, or None when there was nothing to compact (Delta then commits nothing)."""
+    spark = _session(spark)
+    before = snapshot(uri, spark=spark).require().version
+    with _sql_metadata(spark, {META_REASON: "compacted small files"}):
+        spark.sql(f"OPTIMIZE {_quote(uri)}")
+    after = _after_write(spark, uri).version
+    return after if after > before else None
+
+
+def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame, TableSnapshot]:
+    """The ``"widen"`` schema mode of :func:`append`: cast what fits the table, widen the
+    table where the data is wider, refuse the rest (:func:`check_compatible` then names it)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.delta.types import fits, widened
+
+    table = {f.name: f.dataType for f in snap.schema.fields}
+    casts: dict[str, DataType] = {}
+    wider: dict[str, DataType] = {}
+    for f in df.schema.fields:
+        have = table.get(f.name)
+        if have is None or same_type(have, f.dataType):
+            continue
+        if fits(f.dataType, have):
+            casts[f.name] = have
+        elif widened(have, f.dataType) == f.dataType:
+            wider[f.name] = f.dataType
+    if casts:
+        df = df.select(
+            *[F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in df.columns]
+        )
+    if wider:
+        changes = ", ".join(
+            f"{c} {table[c].simpleString()} -> {t.simpleString()}" for c, t in wider.items()
+        )
+        log.warning("Delta table %s: widening %s (one rewrite of the table)", uri, changes)
+        # not the data commit's metadata: a batch's keys belong to its data commit alone
+        widen_columns(
+            uri,
+            wider,
+            metadata={META_REASON: f"columns widened: {changes}"},
+            spark=df.sparkSession,
+        )
+        snap = snapshot(uri, spark=df.sparkSession)
+    return df, snap
+
+
+def _java_class(e: BaseException) -> str:
+    """The Java exception class behind a py4j / pyspark error ('' when there is none)."""
+    java = getattr(e, "java_exception", None)
+    if java is None:
+        return type(e).__name__
+    try:
+        names = [str(java.getClass().getName())]
+        cause = java.getCause()
+        while cause is not None and len(names) < 5:
+            names.append(str(cause.getClass().getName()))
+            cause = cause.getCause()
+        return " ".join(names)
+    except Exception:
+        return type(e).__name__
