@@ -6,7 +6,7 @@ Paths, chosen by the join's kind of time (measurements: ``bench/README.md``):
 same rows (``tests/integration/test_join_paths.py`` runs both against the reference):
 
 * **Narrow** (the default). In row time the build is the pinned version of a Delta table,
-  which :func:`lakehouse.delta.scan` returns as a plain parquet scan of a known file list.
+  which :func:`lakehouse.delta.read` returns as a plain parquet scan of a known file list.
   So nothing needs to be shuffled: an Arrow UDF (``arrow_udf``, scalar iterator) runs over
   the released rows where they are, receiving only their key columns and time, and returns
   the joined value columns, start and matched flag; the probe columns never leave the JVM.
@@ -47,7 +47,7 @@ same rows (``tests/integration/test_join_paths.py`` runs both against the refere
 version, so the build is reduced to one row per key — its latest version by ``(start,
 seq)``, deletes included — and the probe rows are joined to it with an ordinary Spark
 equi-join, without Python. The reduction is a *maintained snapshot*: for a build that is a
-plain scan of parquet files (what :func:`lakehouse.delta.scan` returns) it is computed once
+plain scan of parquet files (what :func:`lakehouse.delta.read` returns) it is computed once
 per file set and kept (persisted) between micro-batches; when the next batch pins a later
 version of the append-only build table, whose files are a superset, only the new files are
 read and merged into it. A batch at an unchanged version thus costs what Spark's
@@ -290,7 +290,7 @@ def plan_narrow(
     """Whether the row-time join can take the narrow path, and why not when it cannot.
 
     It can when ``build`` is exactly a parquet scan of a file list (what
-    :func:`lakehouse.delta.scan` returns for a pinned version), pyarrow can open every file
+    :func:`lakehouse.delta.read` returns for a pinned version), pyarrow can open every file
     (:func:`lakehouse.storage.filesystem`: local paths, ``s3://`` and Hadoop's ``s3a://``,
     ``gs://``, ``abfs://``, ``hdfs://`` with the matching credentials on the workers; not
     ``dbfs:/``),

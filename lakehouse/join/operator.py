@@ -4,7 +4,7 @@ Each micro-batch ``k`` reads, decides, then writes (ARCHITECTURE.md, "One join o
 kinds of time"):
 
 1. **Read** one snapshot of each table it needs — the build table, its output, pending and
-   dead-letter tables (:func:`lakehouse.delta.log`, one look at each log) — and from
+   dead-letter tables (:func:`lakehouse.delta.snapshot`, one look at each log) — and from
    the join's recent commits the state after the last batch and, for a replay, the plan its
    first attempt recorded (:func:`lakehouse.join.state.recover`).
 2. **Decide** in pure code (:mod:`lakehouse.join.state`): the build channel at its pinned
