@@ -188,7 +188,7 @@ def test_unreadable_file_uri_is_refused_before_any_spark_work():
     # join takes the shuffle path instead of failing in the workers
     import pyarrow as pa
 
-    from lakehouse.join.asof import _FOOTERS
+    from lakehouse.join.asof.narrow import _FOOTERS
 
     with pytest.raises(pa.ArrowInvalid, match=r"(?i)unrecognized filesystem"):
         _FOOTERS.rows("dbfs:/tables/build/part-0.parquet")

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from reference import Version, as_of
 
 from lakehouse.dimension import layout as L
-from lakehouse.join.asof import NarrowBuild, _read_files, _WorkerIndexes
+from lakehouse.join.asof.narrow import NarrowBuild, _read_files, _WorkerIndexes
 
 SCHEMA = pa.schema(
     [
