@@ -7,15 +7,15 @@ Data Docs, a JSON summary and a watermark plot.
  'pending_age', 'watermark_monotonic']
 """
 
+from lakehouse.quality.checks import CHECKS as CHECKS
+from lakehouse.quality.checks import CheckName as CheckName
+from lakehouse.quality.checks import CheckResult as CheckResult
+from lakehouse.quality.checks import CheckStatus as CheckStatus
 from lakehouse.quality.errors import QualityError as QualityError
+from lakehouse.quality.pin import TableVersion as TableVersion
 from lakehouse.quality.render import print_report as print_report
 from lakehouse.quality.render import report_table as report_table
-from lakehouse.quality.report import CHECKS as CHECKS
-from lakehouse.quality.report import CheckName as CheckName
-from lakehouse.quality.report import CheckResult as CheckResult
-from lakehouse.quality.report import CheckStatus as CheckStatus
 from lakehouse.quality.report import QualityReport as QualityReport
-from lakehouse.quality.report import TableVersion as TableVersion
 from lakehouse.quality.report import run_quality_report as run_quality_report
 
 __all__ = [
