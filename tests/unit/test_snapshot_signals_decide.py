@@ -391,6 +391,17 @@ def test_replayed_snapshot_rows_after_the_marker_are_not_a_resnapshot():
     ).start_resnapshot
 
 
+def test_a_replayed_last_record_beside_a_new_snapshot_neither_ends_nor_breaks_it():
+    # One batch on a complete table: a new snapshot run's rows in partition 0 and, in
+    # partition 1, a replay of the completed snapshot's own `last` record. The replay is not
+    # part of the new run: it starts nothing, ends nothing, and is noted as a replay.
+    t = _complete_with_positions()
+    replay = RowGroup(TOPIC, 1, "last", 1, 9, 520, f"{101:020d}")
+    d = t.feed({TOPIC: {"0": 5, "1": 10}}, rows=(_positioned("first", 1, 4, 510, 180), replay))
+    assert d.start_resnapshot and d.fire is None and t.phase == "resnapshot"
+    assert any("replays of it" in why for why in d.ignored)
+
+
 def test_without_a_position_source_time_tells_a_replay_from_a_new_snapshot():
     t = Table()
     t.feed({TOPIC: {"0": 1}}, rows=(RowGroup(TOPIC, 0, "last", 1, 0, 10, None, 5_000),))

@@ -336,7 +336,8 @@ def _in_band(
     ignored: list[str],
 ) -> list[_Seen]:
     """Phase 5: the table's own records that end its snapshot: a ``last`` or
-    ``last_in_data_collection`` record, then its first log-phase record. Neither counts when
+    ``last_in_data_collection`` record among the run's snapshot rows ``snap``, then its first
+    log-phase record among all ``rows``. Neither counts when
     snapshot rows follow it in its partition (they are part of the snapshot still); a log
     record does not count while an alert is open; in a re-snapshot both obey the order rule.
 
@@ -355,7 +356,9 @@ def _in_band(
     ordered_rows = sorted(rows, key=lambda g: (g.topic, g.partition, g.phase))
     seen: list[_Seen] = []
     if options.active("last"):
-        for g in ordered_rows:
+        # the run's own snapshot rows: a replayed `last` of the completed snapshot, beside a
+        # new run's rows, is not part of the new run (_new_snapshot_rows noted it)
+        for g in sorted(snap, key=lambda g: (g.topic, g.partition, g.phase)):
             if g.phase not in ("last", "last_in_data_collection"):
                 continue
             where = f"{g.topic}[{g.partition}]@{g.max_offset}"
