@@ -6,6 +6,8 @@ decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's
 """
 
 from lakehouse.delta._engine import LOG_READS as LOG_READS
+from lakehouse.delta.commits import CommitInfo as CommitInfo
+from lakehouse.delta.commits import WriteResult as WriteResult
 from lakehouse.delta.ddl import create_table as create_table
 from lakehouse.delta.ddl import local_path as local_path
 from lakehouse.delta.ddl import set_properties as set_properties
@@ -13,9 +15,7 @@ from lakehouse.delta.ddl import widen_columns as widen_columns
 from lakehouse.delta.log import META_OPERATION as META_OPERATION
 from lakehouse.delta.log import META_REASON as META_REASON
 from lakehouse.delta.log import NAMESPACE as NAMESPACE
-from lakehouse.delta.log import CommitInfo as CommitInfo
 from lakehouse.delta.log import TableSnapshot as TableSnapshot
-from lakehouse.delta.log import WriteResult as WriteResult
 from lakehouse.delta.log import batch_scope as batch_scope
 from lakehouse.delta.log import commit_info as commit_info
 from lakehouse.delta.log import commit_metadata as commit_metadata

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from lakehouse.delta.commits import CommitInfo
 from lakehouse.errors import TableNotFoundError
 
 
@@ -53,8 +54,6 @@ class LogView:
 
     def commit(self, version: int) -> Any:
         """The commit that created ``version`` (None when the log no longer has it)."""
-        from lakehouse.delta.log import CommitInfo
-
         entry = self._entries(self.version - version + 1).get(version)
         if entry is None:
             return None

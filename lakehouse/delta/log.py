@@ -18,10 +18,11 @@ import json
 import logging
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.delta import _engine
+from lakehouse.delta.commits import CommitInfo
+from lakehouse.delta.inspect import open_view
 from lakehouse.errors import (
     TableNotFoundError,
 )
@@ -73,42 +74,6 @@ _parsed_lock = threading.Lock()  # foreachBatch handlers of several queries shar
 
 #: SQL commands that carry commit metadata set it on the session: one at a time.
 _sql_lock = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitInfo:
-    """One commit of a table's history.
-
-    Attributes:
-        version: the table version the commit created.
-        timestamp_ms: commit time, epoch milliseconds.
-        operation: Delta's operation name (``WRITE``, ``SET TBLPROPERTIES``, ...).
-        metadata: the ``lakehouse.*`` keys of the commit's ``userMetadata``, values as written.
-        app_transactions: the ``(app_id -> version)`` transactions the commit recorded.
-        rows: rows the commit wrote (``numOutputRows``), 0 when it wrote none.
-    """
-
-    version: int
-    timestamp_ms: int
-    operation: str
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    app_transactions: Mapping[str, int] = field(default_factory=dict)
-    rows: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteResult:
-    """What a write did.
-
-    Attributes:
-        version: the table version it created; the version already there when skipped.
-        skipped: True when the table already held the transaction (a replayed batch).
-        rows: rows written (0 when skipped).
-    """
-
-    version: int
-    skipped: bool
-    rows: int
 
 
 class TableSnapshot:
@@ -358,8 +323,6 @@ def _look(uri: str, spark: SparkSession | None) -> Any:
         from pyspark.sql import SparkSession
 
         if SparkSession.getActiveSession() is None:
-            from lakehouse.delta.inspect import open_view
-
             view = open_view(uri)
             if view is not None:
                 return view

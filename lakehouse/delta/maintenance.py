@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import _quote, _sql_metadata
-from lakehouse.delta.log import WriteResult, _after_write, _first_line, _session, snapshot
+from lakehouse.delta.log import _after_write, _first_line, _session, snapshot
 from lakehouse.delta.scan import files_at
 from lakehouse.delta.write import _java_class
 from lakehouse.errors import ConcurrentCommitError

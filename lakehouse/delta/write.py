@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Literal
 
+from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import _quote, _sql_metadata, widen_columns
 from lakehouse.delta.log import (
     META_REASON,
     Metadata,
     SchemaMode,
     TableSnapshot,
-    WriteResult,
     _after_write,
     _first_line,
     _session,
