@@ -56,7 +56,7 @@ demo: $(STAMP) $(JVM_STAMP)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
 test: $(STAMP) $(STAMP40) $(JVM_STAMP) lint docs
-	$(PY) -m lakehouse.testing.jvm_archive ensure
+	$(PY) -m tests.jvm_archive ensure
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40) \
 		--deselect $(TESTS40_DESELECT)

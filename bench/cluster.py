@@ -81,7 +81,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     from lakehouse.demo.data import make_demo_data
     from lakehouse.sources.kafka_admin import create_topic, produce
     from lakehouse.testing.broker import kafka_broker
-    from lakehouse.testing.spark_cluster import spark_cluster
+    from tests.spark_cluster import spark_cluster
 
     orders, changes = int(spec.get("orders", 20_000)), int(spec.get("changes", 300))
     repeats = int(spec.get("repeats", 2))

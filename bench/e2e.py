@@ -99,7 +99,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
         dead_letter_table=str(root / "dlq"),
         pipeline_id="bench-ingest",
     )
-    from lakehouse.testing.cost import BatchCost
+    from tests.batch_cost import BatchCost
 
     batches: list[tuple[int, float]] = []
     costs: list[dict[str, Any]] = []
@@ -475,8 +475,8 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
     from lakehouse.dimension import BuildSink, BuildTarget
     from lakehouse.join import JoinOptions, TemporalJoin
     from lakehouse.sources.schema import RAW_SCHEMA_DDL
-    from lakehouse.testing.cost import BatchCost
     from lakehouse.testing.debezium import DebeziumTable
+    from tests.batch_cost import BatchCost
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)

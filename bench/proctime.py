@@ -54,7 +54,7 @@ def main(spec: dict[str, Any]) -> None:
     from lakehouse.join import TemporalJoin
     from lakehouse.join.asof import join_as_of
     from lakehouse.spark import get_spark
-    from lakehouse.testing.cost import BatchCost
+    from tests.batch_cost import BatchCost
 
     side, variant = spec["side"], spec["variant"]
     root = Path(spec["root"])

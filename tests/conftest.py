@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from helpers import INTERPRETED_PROJECTIONS
+from jvm_archive import archive_options, spark_archive
 
 from lakehouse.testing.broker import TEST_JVM_OPTIONS
-from lakehouse.testing.jvm_archive import archive_options, spark_archive
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -26,7 +26,7 @@ FIXTURES = HERE / "fixtures"
 # cores, and a command's JVM lives seconds, where C2's compiler threads cost more CPU than they
 # return. Spark's ``defaultJavaOptions`` go before the ``extraJavaOptions`` lakehouse sets, which
 # stay as users get them. A driver also maps the class-data archive `make test` writes first
-# (lakehouse.testing.jvm_archive), so it does not read and verify its start-up classes from the
+# (tests/jvm_archive.py), so it does not read and verify its start-up classes from the
 # jars again. Executors of a standalone cluster start from another classpath, which the archive does
 # not fit.
 #

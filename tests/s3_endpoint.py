@@ -1,4 +1,4 @@
-"""An S3-compatible endpoint for the tests (moto's server, see lakehouse.testing.s3).
+"""An S3-compatible endpoint for the tests (moto's server, see tests/s3_server.py).
 
 ``s3`` (module) starts one server on a free loopback port and gives the test session's Spark
 its endpoint and credentials, on its Hadoop configuration at run time and never in a file;
@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from lakehouse.testing.s3 import S3Server, s3_server
+from s3_server import S3Server, s3_server
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,7 @@
-"""Helpers for testing pipelines built on lakehouse: synthetic Debezium streams."""
+"""Synthetic Debezium streams for testing pipelines built on lakehouse, and the local servers
+the demo runs (a Kafka broker, PostgreSQL, a Kafka Connect worker with Debezium). The test
+suite's own harnesses (an S3 endpoint, a Spark cluster, the class-data archive, job counting)
+live in ``tests/`` and are not shipped."""
 
 from lakehouse.testing.debezium import DebeziumTable as DebeziumTable
 from lakehouse.testing.debezium import Message as Message

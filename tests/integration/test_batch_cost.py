@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from batch_cost import BatchCost
 from helpers import raw_records
 
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.join import JoinOptions, TemporalJoin
-from lakehouse.testing.cost import BatchCost
 from lakehouse.testing.debezium import DebeziumTable
 
 pytestmark = pytest.mark.spark

@@ -1,6 +1,6 @@
 """Tables and checkpoints on object storage: an S3-compatible endpoint through Hadoop's S3A.
 
-The endpoint is moto's server on loopback (``lakehouse.testing.s3``), reached by Spark through
+The endpoint is moto's server on loopback (``tests/s3_server.py``), reached by Spark through
 the S3A connector (``jvm/s3/pom.xml``; ``get_spark`` adds it when Spark lacks it), with
 Delta's log store for ``s3a://`` (Delta picks it by the scheme; the single-driver log store,
 one writer per table, which the writer lease enforces). The jobs run as the installed command,
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from helpers import assert_rows_equal, lakehouse_command
 from reference import ProbeRow, Version, rowtime_join
+from s3_server import S3Server
 
 from lakehouse import delta
 from lakehouse.testing import DebeziumTable
-from lakehouse.testing.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

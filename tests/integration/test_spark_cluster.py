@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from helpers import assert_rows_equal
 from reference import ProbeRow, Version, rowtime_join
+from spark_cluster import spark_cluster
 
 from lakehouse import delta
 from lakehouse.demo.data import ORDER_SCHEMA, make_demo_data
 from lakehouse.sources.kafka_admin import create_topic, produce
-from lakehouse.testing.spark_cluster import spark_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+import jvm_archive
 import pytest
-
-from lakehouse.testing import jvm_archive
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def _build(path: Path, jvm_options: Sequence[str]) -> None:
     options = " ".join([*jvm_options, dump, *QUIET])
     env = {**os.environ, "LAKEHOUSE_SPARK_CONF": f"spark.driver.defaultJavaOptions={options}"}
     started = time.monotonic()
-    print(f"lakehouse.testing: writing the Spark class-data archive {path.name} ...", flush=True)
+    print(f"tests: writing the Spark class-data archive {path.name} ...", flush=True)
     lakehouse = Path(sys.executable).parent / "lakehouse"
     with tempfile.TemporaryDirectory(prefix="lakehouse-cds-") as work:
         command = [str(lakehouse), "smoke", "--directory", f"{work}/smoke"]
@@ -115,7 +115,7 @@ def _build(path: Path, jvm_options: Sequence[str]) -> None:
         raise RuntimeError(f"the class-data archive run failed (exit {done.returncode}):\n{tail}")
     os.replace(partial, path)
     print(
-        f"lakehouse.testing: class-data archive written in {time.monotonic() - started:.0f} s",
+        f"tests: class-data archive written in {time.monotonic() - started:.0f} s",
         flush=True,
     )
 
@@ -142,7 +142,7 @@ def main(argv: Sequence[str]) -> int:
     from lakehouse.testing.broker import TEST_JVM_OPTIONS
 
     if list(argv) != ["ensure"]:
-        print("usage: python -m lakehouse.testing.jvm_archive ensure", file=sys.stderr)
+        print("usage: python -m tests.jvm_archive ensure", file=sys.stderr)
         return 2
     try:
         archive = spark_archive(TEST_JVM_OPTIONS)
@@ -150,7 +150,7 @@ def main(argv: Sequence[str]) -> int:
         # the archive only saves time: the tests run without it (and find what broke the smoke run)
         print(f"warning: no class-data archive, the tests load classes from jars: {e}")
         return 0
-    print(f"lakehouse.testing: Spark class-data archive {archive}")
+    print(f"tests: Spark class-data archive {archive}")
     return 0
 
 
