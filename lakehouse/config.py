@@ -233,6 +233,9 @@ class IngestConfig(StreamConfig):
     """The build tables, one `[[ingest.tables]]` entry each."""
     dead_letter_table: str
     """Where records that cannot become versions go, with their reason."""
+    max_record_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """The largest record (key or value, in bytes) decoded; a larger one is dead-lettered
+    (`too_large`), kept whole."""
 
     @field_validator("tables")
     @classmethod

@@ -532,6 +532,7 @@ def start_ingest(
         targets,
         dead_letter_table=cfg.dead_letter_table,
         pipeline_id=cfg.pipeline_id,
+        max_record_bytes=cfg.max_record_bytes,
         on_batch=on_batch,
         offsets_probe=probe,
         planned_offsets=checkpoint_offsets_reader(cfg.checkpoint)

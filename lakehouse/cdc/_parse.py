@@ -59,8 +59,8 @@ def to_text(value: bytes | bytearray | memoryview | str, max_bytes: int, what: s
     if isinstance(value, str):
         if len(value) > max_bytes:
             raise CdcDecodeError(
-                f"{what} of {len(value)} characters exceeds max_bytes={max_bytes}; raise "
-                "max_bytes if such records are expected",
+                f"{what} of {len(value)} characters exceeds the limit of {max_bytes} bytes "
+                "(ingest.max_record_bytes); raise it if such records are expected",
                 kind="too_large",
             )
         text = value
@@ -68,8 +68,8 @@ def to_text(value: bytes | bytearray | memoryview | str, max_bytes: int, what: s
         size = value.nbytes if isinstance(value, memoryview) else len(value)
         if size > max_bytes:
             raise CdcDecodeError(
-                f"{what} of {size} bytes exceeds max_bytes={max_bytes}; raise max_bytes if "
-                "such records are expected",
+                f"{what} of {size} bytes exceeds the limit of {max_bytes} bytes "
+                "(ingest.max_record_bytes); raise it if such records are expected",
                 kind="too_large",
             )
         try:

@@ -27,12 +27,26 @@ err_console = Console(stderr=True, highlight=False)
 _verbose = False
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from lakehouse import __version__
+
+        console.print(f"lakehouse {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
     verbose: Annotated[
         bool,
         typer.Option(
             "--verbose", "-v", help="On an error, print its full trace before the one line."
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
 ) -> None:

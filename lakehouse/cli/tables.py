@@ -165,7 +165,13 @@ READ_ONLY_STATEMENTS = (
 
 @app.command()
 def sql(
-    query: Annotated[str, typer.Argument(help="A read-only Spark SQL query.")],
+    query: Annotated[
+        str,
+        typer.Argument(
+            help="A read-only query: DuckDB's SQL for local tables (--engine auto), Spark SQL "
+            "with --engine spark or on object storage."
+        ),
+    ],
     config: ConfigOpt = None,
     table: Annotated[
         list[str] | None, typer.Option(help="Register NAME=LOCATION as a view (repeatable).")

@@ -329,15 +329,16 @@ def plan_target(
     if missing and compatible:
         raise ConfigError(
             f"build table '{uri}': key column(s) {missing} are not in the row image; the "
-            f"records have columns {order}. Fix key_columns.",
-            setting="key_columns",
+            f"records have columns {order}. Fix the table's key (key under [[ingest.tables]], "
+            "or --key)",
+            setting="ingest.tables.key",
         )
     if target.event_time_column and target.event_time_column not in order:
         raise ConfigError(
             f"build table '{uri}': event-time column '{target.event_time_column}' is not in "
-            f"the row image (columns: {order}). Fix event_time_column, or leave it unset to "
-            "use source.ts_ms.",
-            setting="event_time_column",
+            f"the row image (columns: {order}). Fix event_time under [[ingest.tables]] (or "
+            "--event-time), or leave it unset to use source.ts_ms",
+            setting="ingest.tables.event_time",
         )
 
     from pyspark.sql.types import StringType
@@ -554,7 +555,7 @@ def _event_time_expr(target: BuildTarget, row: Column, types: Mapping[str, DataT
         f"build table '{target.table_uri}': event-time column '{target.event_time_column}' has "
         f"type {typ.simpleString()}; use a timestamp, date, epoch-milliseconds number or "
         "ISO-8601 string column",
-        setting="event_time_column",
+        setting="ingest.tables.event_time",
     )
 
 

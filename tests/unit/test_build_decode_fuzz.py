@@ -271,6 +271,6 @@ def test_nan_and_infinity_as_debezium_sends_them_decode_in_double_columns():
 def test_fifty_megabyte_strings_are_too_large_by_default_and_decode_when_allowed():
     huge = b'{"op":"c","after":{"id":1,"s":"' + b"y" * (50 * 1024 * 1024) + b'"},"source":{}}'
     (row,) = _run([(None, huge)], max_bytes=16 * 1024 * 1024)
-    assert row["_error_kind"] == "too_large" and "max_bytes" in row["_error"]
+    assert row["_error_kind"] == "too_large" and "ingest.max_record_bytes" in row["_error"]
     big = decode_record(huge, None, max_bytes=64 * 1024 * 1024)
     assert big["_kind"] == "change" and len(big["_row_json"]) > 50 * 1024 * 1024

@@ -368,7 +368,7 @@ def test_deeply_nested_schema_in_a_message_is_too_deep():
 
 def test_too_large():
     err = _raises("too_large", b'{"op": "c", "after": {}}', max_bytes=10)
-    assert "max_bytes=10" in str(err)
+    assert "limit of 10 bytes (ingest.max_record_bytes)" in str(err)
     _raises("too_large", '{"op": "c", "after": {}}', max_bytes=10)
     assert isinstance(decode_message(b'{"op":"c","after":{}}', max_bytes=21), ChangeEvent)
 

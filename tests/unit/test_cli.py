@@ -121,3 +121,10 @@ def test_an_error_naming_a_configuration_section_prints_it_as_written(capsys, tm
     code, out = _run(["quality", "-c", str(cfg)], capsys)
     assert code == 2
     assert "the configuration needs a [join] section" in " ".join(out.err.split())
+
+
+def test_version_prints_the_version_and_exits_0(capsys):
+    from lakehouse import __version__
+
+    code, out = _run(["--version"], capsys)
+    assert code == 0 and out.out.strip() == f"lakehouse {__version__}"
