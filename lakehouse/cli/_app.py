@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        # Ctrl-C outside a running query (Spark starting, a report being written)
+        error_line("interrupted (Ctrl-C)")
+        sys.exit(130)
     except LakehouseError as e:
         _trace(e)
         error_line(str(e))

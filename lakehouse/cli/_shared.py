@@ -121,24 +121,54 @@ def with_schema_block_notice(
     return notify
 
 
-def run_query(query: SupervisedQuery, what: Job) -> bool:
-    """Wait for a streaming query; Ctrl-C stops it cleanly (the checkpoint stays valid, the
-    writer lease is released). True when the query ended by itself (not by Ctrl-C)."""
+def run_query(query: SupervisedQuery, what: Job) -> None:
+    """Wait for a streaming query to end by itself.
+
+    SIGINT (Ctrl-C) and SIGTERM (what Databricks, Kubernetes and systemd send to stop a job)
+    stop it cleanly: the query is stopped (a batch in flight is abandoned whole, as after a
+    crash, and runs again on the next start; the checkpoint stays consistent), the writer
+    lease is released, Spark stops, and the command exits with 128 + the signal's number (130,
+    143), as a shell reports a process the signal ended, so a scheduler never records an
+    interrupted run as done. A second signal during the stop ends the process at once.
+
+    Raises:
+        typer.Exit: stopped by a signal.
+    """
     import signal
 
-    # PySpark's SIGINT handler calls into the JVM from inside the handler, which breaks (a
-    # py4j traceback instead of a clean stop) when the main thread is itself in a JVM call,
-    # as in awaitTermination. Plain KeyboardInterrupt, and short JVM calls between sleeps.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    import typer
+
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Only note it: raising here could cut a py4j call in half (the main thread polls
+        # the JVM). The loop below sees it within half a second.
+        received.append(signum)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)  # a second signal ends the process at once
+
+    stoppers = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in stoppers}
     try:
-        while query.isActive:
+        while query.isActive and not received:
             time.sleep(0.5)
-    except KeyboardInterrupt:
-        err_console.print(f"[yellow]stopping {what} (Ctrl-C); it resumes from its checkpoint[/]")
-        query.stop()
-        return False
+        if received:
+            name = signal.Signals(received[0]).name
+            how = "Ctrl-C" if received[0] == signal.SIGINT else name
+            err_console.print(f"[yellow]stopping {what} ({how}); it resumes from its checkpoint[/]")
+            query.stop()
+            done = _last_batch(query)
+            _stop_spark()
+            where = f"after batch {done}" if done is not None else "before its first batch ended"
+            err_console.print(
+                f"[yellow]{what} stopped by {name} {where}[/]; the next run goes on from its "
+                f"checkpoint. Exit code {128 + received[0]}",
+                soft_wrap=True,
+            )
+            raise typer.Exit(128 + received[0])
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if query.exception() is not None:
         raise query.exception()
     from lakehouse.lease import lost
@@ -147,7 +177,25 @@ def run_query(query: SupervisedQuery, what: Job) -> bool:
         from lakehouse.errors import WriterLeaseError
 
         raise WriterLeaseError(str(lost()), table_uri="")
-    return True
+
+
+def _last_batch(query: SupervisedQuery) -> int | None:
+    """The id of the query's last completed batch, if any."""
+    try:
+        progress = query.lastProgress
+    except Exception:  # the query is gone with its JVM side: nothing more to say
+        return None
+    return None if not progress else int(progress["batchId"])
+
+
+def _stop_spark() -> None:
+    """Stop the command's Spark session before the process exits, so PySpark's accumulator
+    server does not outlive the JVM and print a trace."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
 
 
 def short(value: str, limit: int = 60) -> str:

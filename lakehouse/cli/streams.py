@@ -333,8 +333,7 @@ def join(
         f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
         f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}"
     )
-    if not run_query(query, "join"):
-        return
+    run_query(query, "join")
     if all_dead and cfg.trigger != "processing-time" and not cfg.allow_dead_letters:
         batches = ", ".join(str(r.batch_id) for r in all_dead)
         error_line(

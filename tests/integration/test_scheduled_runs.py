@@ -5,7 +5,8 @@ it leaves with the test session's Spark. A join scheduled before its ingest is r
 told to wait; once the ingest has run, the next available-now run of the join releases what
 waited although no probe row is new (the tick source is in every join's stream, so each run
 has a batch); the same checkpoint then runs with a processing-time trigger, stopped with
-Ctrl-C, and back with available-now. A backfill runs to completion (``--until-complete``) and
+Ctrl-C, and back with available-now. A run stopped by SIGINT or SIGTERM exits 130 or 143 and
+the next run finishes it. A backfill runs to completion (``--until-complete``) and
 equals the reference; records that contradict the probe schema are refused, then kept.
 """
 
@@ -147,11 +148,67 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     finally:
         if running.poll() is None:
             running.kill()
-    assert running.returncode == 0, err[-4000:]
+    # a run a signal stopped is not a run that ended: 128 + SIGINT, as a shell reports it
+    assert running.returncode == 130, err[-4000:]
     assert "stopping join (Ctrl-C); it resumes from its checkpoint" in err
+    assert "join stopped by SIGINT after batch" in err and "Traceback" not in err
     _write(tmp_path / "orders" / "0003.jsonl", [json.dumps({"order_id": 3, "currency": "GBP"})])
     _ok(lakehouse_command("join", "-c", cfg))
     assert _released(spark, tmp_path) == [0, 1, 2, 3]
+
+
+def _stopped_mid_run(cfg: str, tmp: Path, sig: signal.Signals) -> str:
+    """Start an available-now join that reads one file per batch, send ``sig`` once a
+    batch is done, and return what it printed (it must have exited 128 + ``sig``)."""
+    log = tmp / f"join-{sig.name}.log"
+    with open(log, "w") as out:
+        running = subprocess.Popen(
+            [str(Path(sys.executable).parent / "lakehouse"), "join", "-c", cfg],
+            env={**os.environ, "COLUMNS": "4000", "LAKEHOUSE_JOIN__MAX_RECORDS_PER_TRIGGER": "1"},
+            stderr=out,
+            text=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "join batch " not in log.read_text():
+            assert running.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no batch in 300 s"
+            time.sleep(0.2)
+        running.send_signal(sig)
+        running.wait(timeout=180)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    err = log.read_text()
+    assert running.returncode == 128 + sig, err[-4000:]
+    assert "Traceback" not in err and "EOFError" not in err, err[-4000:]
+    return err
+
+
+def test_a_run_stopped_by_sigint_or_sigterm_exits_non_zero_and_the_next_run_finishes_it(
+    spark, tmp_path
+):
+    # a scheduler (cron, Databricks, Kubernetes, systemd) stops a backfill half-way: the
+    # run says where it stopped and exits 130 / 143, never 0; nothing is lost or doubled
+    (tmp_path / "cdc").mkdir()
+    orders = tmp_path / "orders"
+    orders.mkdir()
+    cfg = str(_config(tmp_path))
+    t = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
+    snap = t.snapshot([{"currency": c, "rate": "1.5"} for c in ("EUR", "GBP")])
+    _write(tmp_path / "cdc" / "0001.jsonl", [json.dumps(m.value) for m in snap])
+    _ok(lakehouse_command("ingest", "-c", cfg))
+    for i in range(12):
+        _write(orders / f"{i:04d}.jsonl", [json.dumps({"order_id": i, "currency": "EUR"})])
+
+    err = _stopped_mid_run(cfg, tmp_path, signal.SIGINT)
+    assert "join stopped by SIGINT after batch" in err and "Exit code 130" in err
+    assert len(_released(spark, tmp_path)) < 12
+    err = _stopped_mid_run(cfg, tmp_path, signal.SIGTERM)
+    assert "stopping join (SIGTERM)" in err and "join stopped by SIGTERM after batch" in err
+    assert len(_released(spark, tmp_path)) < 12
+    _ok(lakehouse_command("join", "-c", cfg))
+    assert _released(spark, tmp_path) == list(range(12))  # each once
 
 
 # ------------------------------------------------------------- bounded runs, as a user runs them
