@@ -121,18 +121,21 @@ def with_schema_block_notice(
     return notify
 
 
-def run_query(query: SupervisedQuery, what: Job) -> None:
+def run_query(query: SupervisedQuery, what: Job, *, bounded: bool) -> None:
     """Wait for a streaming query to end by itself.
 
     SIGINT (Ctrl-C) and SIGTERM (what Databricks, Kubernetes and systemd send to stop a job)
     stop it cleanly: the query is stopped (a batch in flight is abandoned whole, as after a
     crash, and runs again on the next start; the checkpoint stays consistent), the writer
-    lease is released, Spark stops, and the command exits with 128 + the signal's number (130,
-    143), as a shell reports a process the signal ended, so a scheduler never records an
-    interrupted run as done. A second signal during the stop ends the process at once.
+    lease is released, Spark stops, and the command says after which batch. A ``bounded``
+    run (``available-now`` or ``once``: it ends by itself when its input is read) then exits
+    with 128 + the signal's number (130, 143), as a shell reports a process the signal ended,
+    so a scheduler never records an interrupted run as done; a processing-time run, which a
+    signal is the way to end, exits 0. A second signal during the stop ends the process at
+    once.
 
     Raises:
-        typer.Exit: stopped by a signal.
+        typer.Exit: a bounded run stopped by a signal.
     """
     import signal
 
@@ -160,9 +163,16 @@ def run_query(query: SupervisedQuery, what: Job) -> None:
             done = _last_batch(query)
             _stop_spark()
             where = f"after batch {done}" if done is not None else "before its first batch ended"
+            if not bounded:  # a continuous run: this is how it ends
+                err_console.print(
+                    f"[yellow]{what} stopped by {name} {where}[/]; the next run goes on from its "
+                    "checkpoint",
+                    soft_wrap=True,
+                )
+                return
             err_console.print(
-                f"[yellow]{what} stopped by {name} {where}[/]; the next run goes on from its "
-                f"checkpoint. Exit code {128 + received[0]}",
+                f"[yellow]{what} stopped by {name} {where}, before its input was read[/]; the "
+                f"next run goes on from its checkpoint. Exit code {128 + received[0]}",
                 soft_wrap=True,
             )
             raise typer.Exit(128 + received[0])

@@ -126,7 +126,7 @@ def ingest(
         f"ingest [bold]{settings.ingest.pipeline_id}[/] running "
         f"({settings.ingest.trigger}); checkpoint {settings.ingest.checkpoint}"
     )
-    run_query(query, "ingest")
+    run_query(query, "ingest", bounded=settings.ingest.trigger != "processing-time")
 
 
 # ------------------------------------------------------------------------------------ join
@@ -333,7 +333,7 @@ def join(
         f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
         f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}"
     )
-    run_query(query, "join")
+    run_query(query, "join", bounded=cfg.trigger != "processing-time")
     if all_dead and cfg.trigger != "processing-time" and not cfg.allow_dead_letters:
         batches = ", ".join(str(r.batch_id) for r in all_dead)
         error_line(
