@@ -163,19 +163,19 @@ def run_query(query: SupervisedQuery, what: Job, *, bounded: bool) -> None:
             done = _last_batch(query)
             _stop_spark()
             where = f"after batch {done}" if done is not None else "before its first batch ended"
-            if not bounded:  # a continuous run: this is how it ends
-                err_console.print(
-                    f"[yellow]{what} stopped by {name} {where}[/]; the next run goes on from its "
-                    "checkpoint",
-                    soft_wrap=True,
-                )
-                return
+            # a bounded run stopped before its input was read exits 128 + the signal; a
+            # continuous run ends this way, and exits 0
+            code = 128 + received[0] if bounded else 0
+            unread = ", before its input was read" if bounded else ""
+            exit_code = f". Exit code {code}" if bounded else ""
             err_console.print(
-                f"[yellow]{what} stopped by {name} {where}, before its input was read[/]; the "
-                f"next run goes on from its checkpoint. Exit code {128 + received[0]}",
+                f"[yellow]{what} stopped by {name} {where}{unread}[/]; the next run goes on from "
+                f"its checkpoint{exit_code}",
                 soft_wrap=True,
             )
-            raise typer.Exit(128 + received[0])
+            if code:
+                raise typer.Exit(code)
+            return
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
