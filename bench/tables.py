@@ -76,7 +76,11 @@ def write_build_table(
         delta.create_table(
             uri,
             df.schema,
-            properties={L.PROP_PRIMARY_KEY: "k", L.PROP_SNAPSHOT_COMPLETE: "false"},
+            properties={
+                L.PROP_PRIMARY_KEY: "k",
+                L.PROP_SNAPSHOT_COMPLETE: "false",
+                L.PROP_TABLE_KIND: "build",
+            },
         )
     max_ms = EPOCH0_MS + HORIZON_MS
     result = delta.append(

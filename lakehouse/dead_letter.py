@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse import delta
+from lakehouse.table_kinds import TableKind, creation_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -88,9 +89,16 @@ def append_dead_letters(
     Callers append only batches that rejected something, which they have counted already
     (no job looks): the dead-letter table's history holds only those batches. Replays are
     recognised by the table's transaction version, as for every lakehouse write.
-    ``metadata`` (``lakehouse.*`` keys) goes into the commit (the join records its batch plan
-    there). ``snap`` is the caller's snapshot of the table, if it took one.
+    The table records its kind (:mod:`lakehouse.table_kinds`) and the first pipeline that
+    wrote it. ``metadata`` (``lakehouse.*`` keys) goes into the commit (the join records its
+    batch plan there). ``snap`` is the caller's snapshot of the table, if it took one.
     """
     return delta.append(
-        rows, uri, txn=(app_id, batch_id), max_files=1, metadata=metadata, snap=snap
+        rows,
+        uri,
+        txn=(app_id, batch_id),
+        max_files=1,
+        metadata=metadata,
+        snap=snap,
+        properties=creation_properties(TableKind.DEAD_LETTER, app_id),
     )

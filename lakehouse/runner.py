@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport
     from lakehouse.sources import KafkaSourceOptions
+    from lakehouse.table_kinds import TableKind
     from lakehouse.time import Clock
 
 
@@ -400,6 +401,7 @@ def _start(
     tables: list[str],
     job_tables: list[str],
     read_tables: list[str],
+    roles: list[tuple[str, str, TableKind]],
     take_over: bool,
     on_notice: Callable[[str], None] | None,
     kafka: KafkaConfig | None = None,
@@ -414,9 +416,12 @@ def _start(
     from lakehouse.failpoints import failpoint
     from lakehouse.lease import acquire
     from lakehouse.recovery import check
+    from lakehouse.table_kinds import check_kind
 
     # before anything reads them: a file Spark or Delta cannot parse is named in one line
     check(cfg.checkpoint, job_tables, read_tables, repair=_repair_command(command))
+    for setting, uri, kind in roles:
+        check_kind(uri, kind, setting=setting)
     check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
     lease = acquire(
         tables,
@@ -549,6 +554,7 @@ def start_ingest(
         tables=written_tables(settings, "ingest"),
         job_tables=damage_checked(settings, "ingest")[0],
         read_tables=damage_checked(settings, "ingest")[1],
+        roles=table_roles(settings, "ingest"),
         take_over=take_over,
         on_notice=on_notice,
         kafka=settings.kafka,
@@ -584,6 +590,53 @@ def check_damage(settings: Settings, command: str) -> None:
     if cfg is not None:
         written, read = damage_checked(settings, command)
         check(cfg.checkpoint, written, read, repair=_repair_command(command))
+
+
+def table_roles(settings: Settings, command: str) -> list[tuple[str, str, TableKind]]:
+    """The tables a job reads or writes, each as ``(setting, location, kind expected)``; the
+    setting names the TOML key and the flag that set it."""
+    from lakehouse.table_kinds import TableKind
+
+    roles: list[tuple[str, str, TableKind]] = []
+    if command == "ingest" and settings.ingest is not None:
+        i = settings.ingest
+        for n, t in enumerate(i.tables):
+            flag = " (--table)" if len(i.tables) == 1 else ""
+            roles.append((f"ingest.tables[{n}].table{flag}", t.table, TableKind.BUILD))
+        roles.append(
+            (
+                "ingest.dead_letter_table (--dead-letter-table)",
+                i.dead_letter_table,
+                TableKind.DEAD_LETTER,
+            )
+        )
+    elif command == "join" and settings.join is not None:
+        j = settings.join
+        roles += [
+            ("join.build_table (--build-table)", j.build_table, TableKind.BUILD),
+            ("join.output_table (--output-table)", j.output_table, TableKind.OUTPUT),
+            ("join.pending_table (--pending-table)", j.pending_table, TableKind.PENDING),
+            (
+                "join.dead_letter_table (--dead-letter-table)",
+                j.dead_letter_table,
+                TableKind.DEAD_LETTER,
+            ),
+        ]
+    return roles
+
+
+def check_table_kinds(settings: Settings, command: str) -> None:
+    """Refuse a job given a table of the wrong kind (:mod:`lakehouse.table_kinds`): a join
+    whose build table is an output table would wait forever. Without Spark when none is
+    running: the CLI calls it before Spark starts, and every start of a query again.
+
+    Raises:
+        ConfigError: one line naming the setting, the table, its kind and the kind expected.
+    """
+    from lakehouse.table_kinds import check_kind
+
+    for setting, uri, kind in table_roles(settings, command):
+        check_kind(uri, kind, setting=setting)
 
 
 def damage_checked(settings: Settings, command: str) -> tuple[list[str], list[str]]:
@@ -674,6 +727,7 @@ def start_join(
         tables=written_tables(settings, "join"),
         job_tables=damage_checked(settings, "join")[0],
         read_tables=damage_checked(settings, "join")[1],
+        roles=table_roles(settings, "join"),
         take_over=take_over,
         on_notice=on_notice,
         kafka=settings.kafka,

@@ -121,7 +121,13 @@ def write_build_table(
     ]
     if not delta.table_exists(uri):
         delta.create_table(
-            uri, schema, properties={L.PROP_PRIMARY_KEY: key, L.PROP_SNAPSHOT_COMPLETE: "false"}
+            uri,
+            schema,
+            properties={
+                L.PROP_PRIMARY_KEY: key,
+                L.PROP_SNAPSHOT_COMPLETE: "false",
+                L.PROP_TABLE_KIND: "build",
+            },
         )
     max_t = max((v.time for v in versions), default=None) if versions else None
     wm = (

@@ -13,6 +13,7 @@ from lakehouse.cli._shared import (
     spark_for,
 )
 from lakehouse.errors import ConfigError
+from lakehouse.table_kinds import TableKind, check_kind, kind_of
 
 # ------------------------------------------------------------------- bounded state
 
@@ -91,6 +92,7 @@ def compact_command(
     from lakehouse.time import WATERMARK_MIN, format_epoch_ms
 
     settings = load_settings(config)
+    check_kind(table, TableKind.BUILD, setting="TABLE", must_exist=True)
     if retention is None and horizon is None and settings.maintenance.compact_retention_ms:
         retention = str(settings.maintenance.compact_retention_ms)
     if (retention is None) == (horizon is None):
@@ -181,7 +183,6 @@ def vacuum_command(
     Every build version the outputs' _build_version still references stays readable."""
     from lakehouse import delta
     from lakehouse.config import load_settings
-    from lakehouse.dimension import layout as L
     from lakehouse.maintenance import vacuum_table
 
     settings = load_settings(config)
@@ -190,8 +191,9 @@ def vacuum_command(
     if j is not None and _same_table(j.build_table, table):
         outputs.append(j.output_table)
     outputs += settings.maintenance.lineage_outputs
-    props = delta.get_properties(table)
-    is_build = props.get(L.PROP_TABLE_KIND) == "build" or L.PROP_SNAPSHOT_COMPLETE in props
+    is_build = kind_of(delta.get_properties(table)) is TableKind.BUILD
+    for location in outputs:
+        check_kind(location, TableKind.OUTPUT, setting="an output (--output, lineage_outputs)")
     if is_build and not outputs and not ignore_lineage:
         raise ConfigError(
             f"'{table}' is a build table and no output table joining it is configured, so "

@@ -32,7 +32,7 @@ def quality(
     Exit code 1 when a check fails, for cron or a Databricks job to alert on."""
     from lakehouse.config import load_settings
     from lakehouse.quality import print_report, run_quality_report
-    from lakehouse.runner import join_options
+    from lakehouse.runner import check_table_kinds, join_options
 
     settings = load_settings(
         config,
@@ -51,6 +51,7 @@ def quality(
             "lakehouse quality needs join.probe_id (a column identifying each probe row)",
             setting="join.probe_id",
         )
+    check_table_kinds(settings, "join")  # before Spark starts
     spark = spark_for(settings)
     report = run_quality_report(
         spark,

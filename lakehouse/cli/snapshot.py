@@ -13,6 +13,7 @@ from lakehouse.cli._app import ConfigOpt, app, console
 from lakehouse.cli._shared import (
     spark_for,
 )
+from lakehouse.table_kinds import TableKind, check_kind
 
 # ----------------------------------------------------------------------- snapshot marker
 
@@ -25,6 +26,7 @@ def snapshot_status(table: Annotated[str, typer.Argument(help="Build table locat
     any alert (ABORTED or SKIPPED snapshots)."""
     from lakehouse.dimension import snapshot_status as read_status
 
+    check_kind(table, TableKind.BUILD, setting="TABLE")
     status = read_status(table)
     out = Table(
         title=f"snapshot of {table} (version {status.version})",
@@ -49,6 +51,7 @@ def snapshot_complete(
     For sources that cannot signal it. Recorded in the table's history with the reason."""
     from lakehouse.dimension import operator_complete
 
+    check_kind(table, TableKind.BUILD, setting="TABLE")
     version = operator_complete(table, reason=reason)
     if version is None:
         console.print(f"{table}: snapshot already complete; nothing changed", markup=False)
@@ -85,6 +88,9 @@ def schema_resolve(
     settings = load_settings(config)
     if dead_letter_table is None and settings.ingest is not None:
         dead_letter_table = settings.ingest.dead_letter_table
+    check_kind(table, TableKind.BUILD, setting="TABLE", must_exist=True)
+    if dead_letter_table is not None:
+        check_kind(dead_letter_table, TableKind.DEAD_LETTER, setting="--dead-letter-table")
     spark = spark_for(settings)
     result = resolve(
         spark, table, reason=reason, dead_letter_table=dead_letter_table, accept_loss=accept_loss

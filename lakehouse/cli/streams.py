@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from lakehouse.cli._app import ConfigOpt, app, err_console, error_line
+from lakehouse.cli._app import ConfigOpt, app, err_console, error_line, verbose
 from lakehouse.cli._shared import (
     flag_overrides,
     notice,
@@ -83,7 +83,7 @@ def ingest(
     """Ingest a Debezium CDC stream into versioned Delta build tables."""
     from lakehouse.config import load_settings
     from lakehouse.progress import Progress
-    from lakehouse.runner import check_damage, start_ingest
+    from lakehouse.runner import check_damage, check_table_kinds, start_ingest
 
     ingest_flags = flag_overrides(
         source=source,
@@ -117,8 +117,9 @@ def ingest(
     require_source(settings, "ingest")
     refuse_if_written(settings, "ingest", take_over)
     check_damage(settings, "ingest")  # before Spark starts
+    check_table_kinds(settings, "ingest")
     spark = spark_for(settings)
-    progress = Progress(err_console)
+    progress = Progress(err_console, verbose=verbose())
     query = start_ingest(
         spark, settings, on_batch=progress.ingest, take_over=take_over, on_notice=notice
     )
@@ -256,7 +257,7 @@ def join(
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
     from lakehouse.progress import Progress
-    from lakehouse.runner import check_damage, start_join
+    from lakehouse.runner import check_damage, check_table_kinds, start_join
 
     flags = flag_overrides(
         source=source,
@@ -304,8 +305,9 @@ def join(
     require_build_table(settings.join.build_table, wait=wait_for_build)
     refuse_if_written(settings, "join", take_over)
     check_damage(settings, "join")  # before Spark starts
+    check_table_kinds(settings, "join")
     spark = spark_for(settings)
-    progress = Progress(err_console)
+    progress = Progress(err_console, verbose=verbose())
     plans: list[ReleasePlan] = []
     all_dead: list[JoinBatchReport] = []
 

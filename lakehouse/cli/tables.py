@@ -20,6 +20,7 @@ from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
 from lakehouse.errors import ConfigError, UnsupportedTableError
 from lakehouse.join import layout as J
+from lakehouse.table_kinds import TableKind, describe, kind_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +45,8 @@ def status(
     history = delta.history(table, limit=batches)
     summary = Table(title=f"{table}", show_header=False, title_justify="left")
     summary.add_row("version", str(version))
-    summary.add_row("rows", str(delta.row_count(table)))
+    rows = delta.row_count(table)
+    summary.add_row("rows", str(rows))
     from lakehouse.lease import holder_state, read_lease
 
     holder = read_lease(table)
@@ -53,10 +55,10 @@ def status(
         summary.add_row(
             "writer", holder.describe() + (f" [yellow](stale: {stale})[/]" if stale else "")
         )
-    kind = props.get(L.PROP_TABLE_KIND, "")
-    if kind == "build" or L.PROP_SNAPSHOT_COMPLETE in props:
+    kind = kind_of(props)
+    summary.add_row("kind", describe(props))
+    if kind is TableKind.BUILD:
         complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false")
-        summary.add_row("kind", "build table")
         summary.add_row("key", props.get(L.PROP_PRIMARY_KEY, "-"))
         summary.add_row("snapshot complete", complete)
         for label, key in (
@@ -73,11 +75,11 @@ def status(
         summary.add_row("build watermark", describe_watermark(wm))
         _schema_rows(summary, table, props, history)
     pending = next((h.metadata for h in history if J.META_PENDING_ROWS in h.metadata), None)
-    if pending is not None:
+    if kind is TableKind.PENDING or (kind is None and pending is not None):
         import json
 
-        summary.add_row("kind", "pending table")
-        summary.add_row("pending backlog", pending[J.META_PENDING_ROWS])
+        pending = pending or {}
+        summary.add_row("pending backlog", pending.get(J.META_PENDING_ROWS, str(rows)))
         state = json.loads(pending.get(J.META_STATE, "{}"))
         if "combined" in state:
             summary.add_row("combined watermark", describe_watermark(json.dumps(state["combined"])))
@@ -197,18 +199,39 @@ def sql(
 
     first = query.strip().split(None, 1)[0].lower() if query.strip() else ""
     if first not in READ_ONLY_STATEMENTS:
-        raise ConfigError(
-            f"lakehouse sql runs read-only queries only ({', '.join(READ_ONLY_STATEMENTS)}); "
-            f"got a statement starting with {first!r}. Change the tables with the pipelines.",
-            setting="query",
-        )
+        raise ConfigError(_not_a_query(first), setting="query")
     settings = load_settings(config)
     views = _project_tables(settings)
     for item in table or []:
         name, sep, location = item.partition("=")
         if not sep or not name or not location:
             raise ConfigError(f"--table takes NAME=LOCATION, got {item!r}", setting="table")
+        if local_path(location) is not None and not delta.table_exists(location):
+            raise ConfigError(
+                f"--table {item}: there is no Delta table at {location}", setting="table"
+            )
         views[name] = location
+    # a configured table nothing has written yet (no dead letters so far) is no view; a query
+    # naming it is told so
+    unwritten = {
+        name: location
+        for name, location in views.items()
+        if local_path(location) is not None and not delta.table_exists(location)
+    }
+    for name, location in unwritten.items():
+        del views[name]
+        if re.search(rf"\b{re.escape(name)}\b", query, re.IGNORECASE):
+            raise ConfigError(
+                f"table {name} ({location}) has not been written yet: nothing the pipelines "
+                "did so far went there",
+                setting="query",
+            )
+    if not views and unwritten:
+        raise ConfigError(
+            f"no table to query: none of {', '.join(sorted(unwritten))} has been written yet; "
+            "run the pipelines first",
+            setting="table",
+        )
     if not views:
         raise ConfigError(
             "no tables to query: give --config with [ingest]/[join] sections, or "
@@ -258,6 +281,55 @@ def sql(
             raise
         raise ConfigError(line, setting="query") from e
     _print_rows(tuple(result.columns), rows, limit)
+
+
+#: First words of statements that change something: refused as writes, not as typos.
+WRITE_STATEMENTS = (
+    "insert",
+    "update",
+    "delete",
+    "merge",
+    "create",
+    "drop",
+    "alter",
+    "truncate",
+    "copy",
+    "replace",
+    "optimize",
+    "vacuum",
+    "restore",
+    "set",
+    "reset",
+    "use",
+    "cache",
+    "refresh",
+    "load",
+    "msck",
+    "analyze",
+    "attach",
+    "install",
+)
+
+
+def _not_a_query(first: str) -> str:
+    """Why a statement starting with ``first`` is refused: a write, or a word that starts no
+    SQL statement (a typo: the nearest read-only keyword is suggested).
+
+    >>> _not_a_query("selec")
+    "'selec' starts no SQL statement; did you mean SELECT?"
+    >>> _not_a_query("insert")[:46]
+    'lakehouse sql runs read-only queries only (sel'
+    """
+    import difflib
+
+    if first and first not in WRITE_STATEMENTS:
+        near = difflib.get_close_matches(first, READ_ONLY_STATEMENTS, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0].upper()}?" if near else "a query starts with SELECT"
+        return f"{first!r} starts no SQL statement; {hint}"
+    return (
+        f"lakehouse sql runs read-only queries only ({', '.join(READ_ONLY_STATEMENTS)}); "
+        f"got a statement starting with {first!r}. Change the tables with the pipelines."
+    )
 
 
 def _print_rows(columns: tuple[str, ...], rows: list[Any], limit: int) -> None:

@@ -12,10 +12,17 @@ every :data:`COMPACT_EVERY_VERSIONS` versions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 from lakehouse.delta.commits import WriteResult
-from lakehouse.delta.ddl import _quote, _sql_metadata, widen_columns
+from lakehouse.delta.ddl import (
+    _quote,
+    _sql_metadata,
+    create_table,
+    set_properties,
+    widen_columns,
+)
 from lakehouse.delta.log import (
     META_REASON,
     Metadata,
@@ -60,6 +67,7 @@ def append(
     max_files: int | None = None,
     snap: TableSnapshot | None = None,
     compact_every: int | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> WriteResult:
     """Append a DataFrame to the table, creating the table when it does not exist.
 
@@ -84,6 +92,10 @@ def append(
             its small files are compacted right after (:func:`compact_files`); 0: never;
             None: the session's :data:`COMPACT_EVERY_CONF`, else
             :data:`COMPACT_EVERY_VERSIONS`.
+        properties: table properties the table must have (a table's kind): a table this
+            append creates is created with them first (:func:`create_table`, a commit of its
+            own without ``metadata``), and a table lacking one of them gets it before the data
+            (a crash cut its creation). Keys the table has are never changed.
 
     Returns:
         What was written (the data commit, not a compaction's). An empty DataFrame still
@@ -103,6 +115,7 @@ def append(
         max_files=max_files,
         snap=snap,
         compact_every=compact_every,
+        properties=properties,
     )
 
 
@@ -114,10 +127,11 @@ def overwrite(
     metadata: Metadata = None,
     max_files: int | None = None,
     snap: TableSnapshot | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> WriteResult:
     """Replace the table's rows with the DataFrame's, in one commit (older versions stay
-    readable by time travel; properties and app transactions stay). Idempotence and metadata
-    as in :func:`append`."""
+    readable by time travel; properties and app transactions stay). Idempotence, metadata
+    and ``properties`` as in :func:`append`."""
     return _write(
         df,
         uri,
@@ -127,6 +141,7 @@ def overwrite(
         schema_mode="merge",
         max_files=max_files,
         snap=snap,
+        properties=properties,
     )
 
 
@@ -141,9 +156,18 @@ def _write(
     max_files: int | None,
     snap: TableSnapshot | None,
     compact_every: int | None = 0,
+    properties: Mapping[str, str] | None = None,
 ) -> WriteResult:
     spark = df.sparkSession
     snap = snap if snap is not None else snapshot(uri, spark=spark)
+    if properties and not snap.exists:
+        create_table(uri, df.schema, properties=properties, exist_ok=True, spark=spark)
+        snap = snapshot(uri, spark=spark)
+    elif properties and not (txn is not None and snap.records(*txn)):
+        missing = {k: v for k, v in properties.items() if k not in snap.properties}
+        if missing:
+            set_properties(uri, missing, spark=spark)
+            snap = snapshot(uri, spark=spark)
     if snap.exists:
         if txn is not None and snap.records(*txn):
             return WriteResult(version=snap.version, skipped=True, rows=0)

@@ -24,6 +24,7 @@ from lakehouse.dimension.marker import phase_of
 from lakehouse.dimension.plan import MAX_DDL_PER_COMMIT
 from lakehouse.dimension.schema_block import SchemaBlock, open_block
 from lakehouse.dimension.signals import Decision
+from lakehouse.table_kinds import TableKind, creation_properties
 from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ def plan_commit(
         L.PROP_SNAPSHOT_COMPLETE: "false",
         L.PROP_SNAPSHOT_STATE: "loading",
         L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
-        L.PROP_TABLE_KIND: "build",
+        **creation_properties(TableKind.BUILD, pipeline_id),
     }
     if connect_schemas is not None and not look.exists:
         creation[L.PROP_CONNECT_SCHEMAS] = connect_schemas

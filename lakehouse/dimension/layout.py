@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from lakehouse import table_kinds
+
 # Lineage and ordering columns, added after the dimension's own columns.
 OP: Final = "_op"
 EVENT_TIME: Final = "_event_time"
@@ -63,7 +65,7 @@ PROP_SNAPSHOT_ALERT: Final = "lakehouse.snapshot.alert"
 PROP_PRIMARY_KEY: Final = "lakehouse.primaryKey"
 PROP_EVENT_TIME: Final = "lakehouse.eventTime"
 PROP_SOURCE_TABLE: Final = "lakehouse.sourceTable"
-PROP_TABLE_KIND: Final = "lakehouse.tableKind"
+PROP_TABLE_KIND: Final = table_kinds.PROP_TABLE_KIND
 #: The newest Connect schema per source table, by hash (:mod:`lakehouse.dimension.
 #: connect_schemas`): a record without one is read with its table's.
 PROP_CONNECT_SCHEMAS: Final = "lakehouse.connect.schemas"

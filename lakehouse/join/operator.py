@@ -69,6 +69,7 @@ from lakehouse.join.state import (
     recover,
     releases_everything,
 )
+from lakehouse.table_kinds import TableKind, creation_properties
 from lakehouse.time import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -179,7 +180,12 @@ class TemporalJoin:
         if not look.pending.exists:
             # the pending table exists from the first batch on, so that it can be queried
             # (and validated) whether or not a row ever had to wait
-            delta.create_table(self.options.pending_table, self.pending_schema(), spark=spark)
+            delta.create_table(
+                self.options.pending_table,
+                self.pending_schema(),
+                properties=creation_properties(TableKind.PENDING, self.options.pipeline_id),
+                spark=spark,
+            )
             failpoint("join.after_create_pending", batch_id)
             look = self._look(spark, batch_id)
         if self.options.pending_table in look.recovery.recorded_in:
@@ -314,6 +320,7 @@ class TemporalJoin:
             metadata=self._metadata(plan, after),
             max_files=2,
             snap=look.output,
+            properties=creation_properties(TableKind.OUTPUT, o.pipeline_id),
         )
         into, out_counts = seen.get, written.get
         arrived, bad = int(into["n"]), int(into["bad"])
@@ -438,6 +445,7 @@ class TemporalJoin:
                 metadata={**self._metadata(plan, after), **accounting},
                 max_files=2,
                 snap=look.output,
+                properties=creation_properties(TableKind.OUTPUT, o.pipeline_id),
             )
             if written.skipped:  # the write ran no job: nothing was observed
                 recount = joined.agg(
@@ -458,6 +466,7 @@ class TemporalJoin:
                 max_files=2,
                 metadata={**self._metadata(plan, after), **accounting},
                 snap=look.pending,
+                properties=creation_properties(TableKind.PENDING, o.pipeline_id),
             )
         return JoinBatchReport(
             batch_id=plan.batch_id,

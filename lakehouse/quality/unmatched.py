@@ -33,6 +33,7 @@ from lakehouse.errors import TableNotFoundError, UnsupportedTableError
 from lakehouse.join import layout as J
 from lakehouse.join.options import MS_PER_UNIT, TimeUnit
 from lakehouse.quality.explain import Change, explain_pending, explain_unmatched
+from lakehouse.table_kinds import TableKind, creation_properties
 from lakehouse.time import Watermark
 
 if TYPE_CHECKING:
@@ -149,6 +150,10 @@ def explain_rows(
     )
     explained_pending = _explain_pending(pending, ids=ids, last_batch=last_batch, position=position)
     table = explained_unmatched.unionByName(explained_pending, allowMissingColumns=True)
+    if not delta.table_exists(uri, spark=spark):
+        delta.create_table(
+            uri, table.schema, properties=creation_properties(TableKind.UNMATCHED), spark=spark
+        )
     (table.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(uri))
     written = delta.read(spark, uri)
     counts = {(r[0], r[1]): int(r[2]) for r in written.groupBy(STATE, REASON).count().collect()}

@@ -80,3 +80,7 @@ def test_the_command_answers_without_spark_and_names_an_unknown_table(rates):
     typo = CliRunner().invoke(app, ["sql", "--table", f"rates={rates}", "SELECT * FROM ratez"])
     assert isinstance(typo.exception, ConfigError)
     assert re.search(r"ratez does not exist.*the tables are rates", str(typo.exception))
+    # a typo is a typo, not a write attempt
+    selec = CliRunner().invoke(app, ["sql", "--table", f"rates={rates}", "SELEC * FROM rates"])
+    assert isinstance(selec.exception, ConfigError)
+    assert str(selec.exception) == "'selec' starts no SQL statement; did you mean SELECT?"

@@ -35,11 +35,21 @@ ALLOWED: dict[str, set[str]] = {
         "failpoints",
         "sources",
         "storage",
+        "table_kinds",
         "time",
     },
-    "join": {"dead_letter", "delta", "dimension", "errors", "failpoints", "storage", "time"},
-    "quality": {"delta", "dimension", "errors", "join", "time", "spark"},
-    "maintenance": {"delta", "dimension", "errors", "failpoints", "join", "time"},
+    "join": {
+        "dead_letter",
+        "delta",
+        "dimension",
+        "errors",
+        "failpoints",
+        "storage",
+        "table_kinds",
+        "time",
+    },
+    "quality": {"delta", "dimension", "errors", "join", "table_kinds", "time", "spark"},
+    "maintenance": {"delta", "dimension", "errors", "failpoints", "join", "table_kinds", "time"},
 }
 
 #: The modules that decide (plain values in, a plan out): importing them starts no Spark.
