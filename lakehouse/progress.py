@@ -94,19 +94,37 @@ def join_line(report: JoinBatchReport) -> str:
     )
 
 
-class Progress:
-    """Prints batch reports as they come (the ``on_batch`` callback of the sinks)."""
+def quiet(report: JoinBatchReport) -> bool:
+    """A join batch that changed nothing a reader of the output sees: no probe row arrived,
+    none was released or dead-lettered, no alert (a processing-time trigger's tick while the
+    probe is idle)."""
+    return not (
+        report.skipped
+        or report.arrived
+        or report.released
+        or report.dead_lettered
+        or report.late
+        or report.expired
+        or report.bound_alert
+    )
 
-    def __init__(self, console: Console | None = None) -> None:
+
+class Progress:
+    """Prints batch reports as they come (the ``on_batch`` callback of the sinks): one line
+    per batch, except a join's quiet ticks (:func:`quiet`) unless ``verbose``."""
+
+    def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
         self.console = console or Console(stderr=True, highlight=False)
+        self.verbose = verbose
 
     def ingest(self, report: BatchReport) -> None:
         """Print an ingest batch."""
         self.console.print(ingest_line(report))
 
     def join(self, report: JoinBatchReport) -> None:
-        """Print a join batch."""
-        self.console.print(join_line(report))
+        """Print a join batch, unless it is a quiet tick and not ``verbose``."""
+        if self.verbose or not quiet(report):
+            self.console.print(join_line(report))
 
 
 def describe_watermark(value: str | None) -> str:

@@ -23,8 +23,16 @@ app = typer.Typer(
 )
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+# Progress and notices on stderr are log lines: to a file or a scheduler's log they stay one
+# line each (rich would wrap them at 80 columns, mid-phrase); a terminal wraps them itself.
+err_console.soft_wrap = not err_console.is_terminal
 #: ``--verbose``: an error prints its full trace before its one line.
 _verbose = False
+
+
+def verbose() -> bool:
+    """Whether ``--verbose`` was given: traces with errors, and every batch's line."""
+    return _verbose
 
 
 def _print_version(value: bool) -> None:
@@ -40,7 +48,10 @@ def _options(
     verbose: Annotated[
         bool,
         typer.Option(
-            "--verbose", "-v", help="On an error, print its full trace before the one line."
+            "--verbose",
+            "-v",
+            help="On an error, print its full trace before the one line; print a join's quiet "
+            "batches (nothing arrived or released) too.",
         ),
     ] = False,
     version: Annotated[

@@ -222,11 +222,12 @@ def connection_error(
             f"certificates, endpoint identification); in use: {security}."
         )
     return BrokerUnavailableError(
-        f"could not reach Kafka at {bootstrap!r} (setting 'kafka.bootstrap.servers') within "
-        f"{timeout_ms} ms while {doing}: {detail}. Check that the brokers run and are "
-        "reachable from this host, that kafka.bootstrap.servers lists them, and that "
-        f"kafka.security.protocol matches their listener (in use: {security}); for a slow "
-        "network raise the source option 'metadataTimeoutMs'."
+        f"could not reach Kafka at {bootstrap!r} within {timeout_ms} ms while {doing}: "
+        f"{detail}. Check that the brokers run and are reachable from this host, that the "
+        "setting kafka.bootstrap_servers (--bootstrap-servers; the source option "
+        "kafka.bootstrap.servers) lists them, and that the client option security.protocol "
+        f"(in [kafka.options] or kafka.config_file) matches their listener (in use: "
+        f"{security}); for a slow network raise the source option 'metadataTimeoutMs'."
     )
 
 

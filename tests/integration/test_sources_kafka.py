@@ -252,6 +252,8 @@ def test_unreachable_broker_fails_the_job_at_start_naming_the_address(spark, tmp
         start_ingest(spark, load_settings(cfg))
     message = str(failure.value)
     assert f"could not reach Kafka at '{address}'" in message
+    # the setting the user writes (TOML key and flag), and the source option it becomes
+    assert "kafka.bootstrap_servers (--bootstrap-servers" in message
     assert "kafka.bootstrap.servers" in message
     assert read_lease(f"{tmp_path}/t") is None  # no lease was taken
 
