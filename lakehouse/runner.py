@@ -639,6 +639,29 @@ def check_table_kinds(settings: Settings, command: str) -> None:
         check_kind(uri, kind, setting=setting)
 
 
+def check_join_key(settings: Settings) -> None:
+    """Refuse a join whose probe key cannot pair up with its build table's key, from the
+    build table's properties alone (no Spark): the same rule the join applies to each batch.
+
+    Raises:
+        ConfigError: the build table's key and ``probe_key`` differ in length.
+    """
+    from lakehouse import delta
+    from lakehouse.dimension import layout as L
+
+    j = settings.join
+    if j is None or j.build_key or not delta.table_exists(j.build_table):
+        return
+    recorded = delta.get_properties(j.build_table).get(L.PROP_PRIMARY_KEY, "")
+    key = [k for k in recorded.split(",") if k]
+    if key and len(key) != len(j.probe_key):
+        raise ConfigError(
+            f"build table '{j.build_table}' has key {key} but join.probe_key (--probe-key) is "
+            f"{list(j.probe_key)}; they must pair up in order (or set join.build_key)",
+            setting="join.probe_key",
+        )
+
+
 def damage_checked(settings: Settings, command: str) -> tuple[list[str], list[str]]:
     """The tables a job's start checks for damage (:mod:`lakehouse.recovery`): those it
     writes, in the order each batch writes them (its dead-letter table, then the build tables;

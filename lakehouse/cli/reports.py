@@ -32,7 +32,7 @@ def quality(
     Exit code 1 when a check fails, for cron or a Databricks job to alert on."""
     from lakehouse.config import load_settings
     from lakehouse.quality import print_report, run_quality_report
-    from lakehouse.runner import check_table_kinds, join_options
+    from lakehouse.runner import check_join_key, check_table_kinds, join_options
 
     settings = load_settings(
         config,
@@ -52,6 +52,7 @@ def quality(
             setting="join.probe_id",
         )
     check_table_kinds(settings, "join")  # before Spark starts
+    check_join_key(settings)
     spark = spark_for(settings)
     report = run_quality_report(
         spark,

@@ -257,7 +257,7 @@ def join(
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
     from lakehouse.progress import Progress
-    from lakehouse.runner import check_damage, check_table_kinds, start_join
+    from lakehouse.runner import check_damage, check_join_key, check_table_kinds, start_join
 
     flags = flag_overrides(
         source=source,
@@ -306,6 +306,7 @@ def join(
     refuse_if_written(settings, "join", take_over)
     check_damage(settings, "join")  # before Spark starts
     check_table_kinds(settings, "join")
+    check_join_key(settings)
     spark = spark_for(settings)
     progress = Progress(err_console, verbose=verbose())
     plans: list[ReleasePlan] = []

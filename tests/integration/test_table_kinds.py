@@ -112,6 +112,21 @@ def test_a_command_given_the_wrong_kind_refuses_it_in_one_line(tables):
         ),
         r"join.output_table \(--output-table\): .* is a pending table",
     )
+    # a key that cannot pair up with the build table's is found before Spark starts too
+    _refused(
+        lakehouse_command(
+            "join",
+            "-c",
+            cfg,
+            "--build-table",
+            tables["rates"],
+            "--probe-key",
+            "k",
+            "--probe-key",
+            "id",
+        ),
+        r"has key \['k'\] but join.probe_key \(--probe-key\) is \['k', 'id'\]",
+    )
     _refused(
         lakehouse_command("snapshot-status", tables["enriched"]),
         rf"TABLE: {output} is an output table .*, not a build table",
