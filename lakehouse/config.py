@@ -384,6 +384,22 @@ class MaintenanceConfig(_Model):
     """Default `--retention` of `lakehouse compact`."""
 
 
+class MonitoringConfig(_Model):
+    """What `lakehouse ingest` and `lakehouse join` export while they run (see
+    :mod:`lakehouse.metrics`)."""
+
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve Prometheus metrics at `http://metrics_host:metrics_port/metrics` while a pipeline
+    runs (0: any free port, printed at start); off by default.
+    """
+    metrics_host: str = "127.0.0.1"
+    """The address the metrics endpoint listens on; `0.0.0.0` lets other hosts scrape it."""
+    log_format: Literal["text", "json"] = "text"
+    """`text`: one line per batch for people; `json`: one JSON object per batch, notice and
+    error on stderr, for log pipelines.
+    """
+
+
 class Settings(_Model):
     """Everything a lakehouse command can be configured with."""
 
@@ -399,6 +415,8 @@ class Settings(_Model):
     """The quality report."""
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     """Compaction and vacuum."""
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    """Metrics and log format of the running pipelines."""
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,16 +1,21 @@
-"""Progress output of the pipelines: one line per micro-batch, on a rich console."""
+"""Progress output of the pipelines: one line per micro-batch, on a rich console, as text or
+as JSON, and the batch's metrics (:mod:`lakehouse.metrics`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import time
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from lakehouse.metrics import ingest_record, join_record
 from lakehouse.time import WATERMARK_MIN, Watermark, format_epoch_ms
 
 if TYPE_CHECKING:
     from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport
+    from lakehouse.metrics import Metrics
 
 
 def watermark_text(ms: int) -> str:
@@ -110,21 +115,53 @@ def quiet(report: JoinBatchReport) -> bool:
 
 
 class Progress:
-    """Prints batch reports as they come (the ``on_batch`` callback of the sinks): one line
-    per batch, except a join's quiet ticks (:func:`quiet`) unless ``verbose``."""
+    """Prints batch reports as they come (the ``on_batch`` callback of the sinks) and feeds
+    them to ``metrics``.
 
-    def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
+    One line per batch, except a join's quiet ticks (:func:`quiet`) unless ``verbose``; with
+    ``log_format="json"`` the line is the batch's record (:mod:`lakehouse.metrics`) as one JSON
+    object. ``pipeline`` names the job in records and metrics.
+    """
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        verbose: bool = False,
+        log_format: str = "text",
+        metrics: Metrics | None = None,
+        pipeline: str = "",
+    ) -> None:
         self.console = console or Console(stderr=True, highlight=False)
         self.verbose = verbose
+        self.log_format = log_format
+        self.metrics = metrics
+        self.pipeline = pipeline
 
     def ingest(self, report: BatchReport) -> None:
         """Print an ingest batch."""
-        self.console.print(ingest_line(report))
+        record = ingest_record(report, pipeline=self.pipeline, now_ms=_now_ms())
+        if self.metrics is not None:
+            self.metrics.observe(record)
+        self._print(ingest_line(report), record)
 
     def join(self, report: JoinBatchReport) -> None:
         """Print a join batch, unless it is a quiet tick and not ``verbose``."""
+        record = join_record(report, pipeline=self.pipeline, now_ms=_now_ms())
+        if self.metrics is not None:
+            self.metrics.observe(record)
         if self.verbose or not quiet(report):
-            self.console.print(join_line(report))
+            self._print(join_line(report), record)
+
+    def _print(self, line: str, record: dict[str, Any]) -> None:
+        if self.log_format == "json":
+            self.console.print(json.dumps(record), markup=False, highlight=False, soft_wrap=True)
+        else:
+            self.console.print(line)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def describe_watermark(value: str | None) -> str:

@@ -77,6 +77,7 @@ def settings_reference() -> str:
         JoinConfig,
         KafkaConfig,
         MaintenanceConfig,
+        MonitoringConfig,
         QualityConfig,
         SparkConfig,
     )
@@ -89,6 +90,7 @@ def settings_reference() -> str:
         ("join", JoinConfig, set()),
         ("quality", QualityConfig, set()),
         ("maintenance", MaintenanceConfig, set()),
+        ("monitoring", MonitoringConfig, set()),
     ]
     parts = []
     for section, model, skipped in sections:

@@ -30,9 +30,41 @@ err_console.soft_wrap = not err_console.is_terminal
 _verbose = False
 
 
+#: ``monitoring.log_format``: ``json`` makes every stderr line a JSON object (:func:`say`).
+_log_format = "text"
+
+
 def verbose() -> bool:
     """Whether ``--verbose`` was given: traces with errors, and every batch's line."""
     return _verbose
+
+
+def set_log_format(log_format: str) -> None:
+    """Use ``log_format`` (``text`` or ``json``) for the rest of the command's stderr lines."""
+    global _log_format
+    _log_format = log_format
+
+
+def say(message: str, *, event: str = "info", **fields: object) -> None:
+    """One line on stderr: ``message`` (rich markup) as it is, or with ``--log-format json``
+    an object ``{"event", "time", "message", **fields}`` with the markup stripped."""
+    if _log_format == "json":
+        import json
+        import time
+
+        from rich.text import Text
+
+        from lakehouse.time import format_epoch_ms
+
+        record = {
+            "event": event,
+            "time": format_epoch_ms(int(time.time() * 1000)),
+            "message": Text.from_markup(message).plain,
+            **fields,
+        }
+        err_console.print(json.dumps(record), markup=False, highlight=False, soft_wrap=True)
+    else:
+        err_console.print(message)
 
 
 def _print_version(value: bool) -> None:
@@ -111,6 +143,9 @@ def error_line(message: str) -> None:
     """Print ``error: <message>`` as one line: never wrapped at the console's width (80 columns
     when stderr is not a terminal), so a log or a scheduler shows the whole cause in one line
     and a path in it stays whole."""
+    if _log_format == "json":
+        say(escape(message), event="error")
+        return
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 from rich.markup import escape
 
-from lakehouse.cli._app import err_console
+from lakehouse.cli._app import say
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,7 +92,7 @@ def require_build_table(uri: str, *, wait: bool) -> None:
 
 def notice(message: str) -> None:
     """A line on stderr for something the user should know that is no error."""
-    err_console.print(f"[yellow]{escape(message)}[/]")
+    say(f"[yellow]{escape(message)}[/]", event="notice")
 
 
 def with_schema_block_notice(
@@ -111,11 +111,11 @@ def with_schema_block_notice(
             return
         block = open_block(delta.get_properties(build_table))
         if block is not None:
-            err_console.print(
+            say(
                 f"  [bold red]build table {escape(build_table)} {escape(block.describe())}[/]; "
-                "row-time "
-                "joins wait at its watermark, processing-time joins read its last consistent "
-                "version"
+                "row-time joins wait at its watermark, processing-time joins read its last "
+                "consistent version",
+                event="alert",
             )
 
     return notify
@@ -158,7 +158,7 @@ def run_query(query: SupervisedQuery, what: Job, *, bounded: bool) -> None:
         if received:
             name = signal.Signals(received[0]).name
             how = "Ctrl-C" if received[0] == signal.SIGINT else name
-            err_console.print(f"[yellow]stopping {what} ({how}); it resumes from its checkpoint[/]")
+            say(f"[yellow]stopping {what} ({how}); it resumes from its checkpoint[/]")
             query.stop()
             done = _last_batch(query)
             _stop_spark()
@@ -168,10 +168,13 @@ def run_query(query: SupervisedQuery, what: Job, *, bounded: bool) -> None:
             code = 128 + received[0] if bounded else 0
             unread = ", before its input was read" if bounded else ""
             exit_code = f". Exit code {code}" if bounded else ""
-            err_console.print(
+            say(
                 f"[yellow]{what} stopped by {name} {where}{unread}[/]; the next run goes on from "
                 f"its checkpoint{exit_code}",
-                soft_wrap=True,
+                event="stopped",
+                signal=name,
+                last_batch=done,
+                exit_code=code,
             )
             if code:
                 raise typer.Exit(code)

@@ -92,7 +92,6 @@ def compact_command(
     from lakehouse.time import WATERMARK_MIN, format_epoch_ms
 
     settings = load_settings(config)
-    check_kind(table, TableKind.BUILD, setting="TABLE", must_exist=True)
     if retention is None and horizon is None and settings.maintenance.compact_retention_ms:
         retention = str(settings.maintenance.compact_retention_ms)
     if (retention is None) == (horizon is None):
@@ -101,6 +100,7 @@ def compact_command(
             "the build watermark) and --horizon (a time)",
             setting="retention",
         )
+    check_kind(table, TableKind.BUILD, setting="TABLE", must_exist=True)
     horizon_ms = (
         horizon_from_retention(table, _duration_ms(retention, "retention"))
         if retention is not None

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from lakehouse.cli._app import ConfigOpt, app, err_console, error_line, verbose
+from lakehouse.cli._app import (
+    ConfigOpt,
+    app,
+    err_console,
+    error_line,
+    say,
+    set_log_format,
+    verbose,
+)
 from lakehouse.cli._shared import (
     flag_overrides,
     notice,
@@ -18,11 +28,22 @@ from lakehouse.cli._shared import (
     spark_for,
     with_schema_block_notice,
 )
-from lakehouse.config import IngestConfig, IngestTableConfig, JoinConfig, KafkaConfig
+from lakehouse.config import (
+    IngestConfig,
+    IngestTableConfig,
+    JoinConfig,
+    KafkaConfig,
+    MonitoringConfig,
+)
+from lakehouse.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.config import Settings
     from lakehouse.join.operator import JoinBatchReport
     from lakehouse.join.state import ReleasePlan
+    from lakehouse.progress import Progress
 
 # ---------------------------------------------------------------------------------- ingest
 
@@ -73,6 +94,12 @@ def ingest(
     pipeline_id: Annotated[
         str | None, typer.Option(help=setting_help(IngestConfig, "pipeline_id"))
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
+    ] = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -82,7 +109,6 @@ def ingest(
 ) -> None:
     """Ingest a Debezium CDC stream into versioned Delta build tables."""
     from lakehouse.config import load_settings
-    from lakehouse.progress import Progress
     from lakehouse.runner import check_damage, check_table_kinds, start_ingest
 
     ingest_flags = flag_overrides(
@@ -112,22 +138,26 @@ def ingest(
         overrides={
             "ingest": ingest_flags,
             "kafka": flag_overrides(bootstrap_servers=bootstrap_servers),
+            "monitoring": flag_overrides(metrics_port=metrics_port, log_format=log_format),
         },
     )
+    set_log_format(settings.monitoring.log_format)
     require_source(settings, "ingest")
     refuse_if_written(settings, "ingest", take_over)
     check_damage(settings, "ingest")  # before Spark starts
     check_table_kinds(settings, "ingest")
-    spark = spark_for(settings)
-    progress = Progress(err_console, verbose=verbose())
-    query = start_ingest(
-        spark, settings, on_batch=progress.ingest, take_over=take_over, on_notice=notice
-    )
-    err_console.print(
-        f"ingest [bold]{settings.ingest.pipeline_id}[/] running "
-        f"({settings.ingest.trigger}); checkpoint {settings.ingest.checkpoint}"
-    )
-    run_query(query, "ingest", bounded=settings.ingest.trigger != "processing-time")
+    with monitored(settings, settings.ingest.pipeline_id) as (progress, on_spark):
+        spark = spark_for(settings)
+        on_spark(spark)
+        query = start_ingest(
+            spark, settings, on_batch=progress.ingest, take_over=take_over, on_notice=notice
+        )
+        say(
+            f"ingest [bold]{settings.ingest.pipeline_id}[/] running "
+            f"({settings.ingest.trigger}); checkpoint {settings.ingest.checkpoint}",
+            event="started",
+        )
+        run_query(query, "ingest", bounded=settings.ingest.trigger != "processing-time")
 
 
 # ------------------------------------------------------------------------------------ join
@@ -219,6 +249,12 @@ def join(
     pipeline_id: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "pipeline_id"))
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
+    ] = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -256,8 +292,7 @@ def join(
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
-    from lakehouse.progress import Progress
-    from lakehouse.runner import check_damage, check_join_key, check_table_kinds, start_join
+    from lakehouse.runner import check_damage, check_join_key, check_table_kinds
 
     flags = flag_overrides(
         source=source,
@@ -296,8 +331,13 @@ def join(
     )
     settings = load_settings(
         config,
-        overrides={"join": flags, "kafka": flag_overrides(bootstrap_servers=bootstrap_servers)},
+        overrides={
+            "join": flags,
+            "kafka": flag_overrides(bootstrap_servers=bootstrap_servers),
+            "monitoring": flag_overrides(metrics_port=metrics_port, log_format=log_format),
+        },
     )
+    set_log_format(settings.monitoring.log_format)
     from lakehouse.runner import join_options
 
     join_options(settings.join)  # validates the combination before Spark starts
@@ -307,8 +347,18 @@ def join(
     check_damage(settings, "join")  # before Spark starts
     check_table_kinds(settings, "join")
     check_join_key(settings)
-    spark = spark_for(settings)
-    progress = Progress(err_console, verbose=verbose())
+    with monitored(settings, settings.join.pipeline_id) as (progress, on_spark):
+        spark = spark_for(settings)
+        on_spark(spark)
+        _run_join(spark, settings, progress, take_over=take_over)
+
+
+def _run_join(
+    spark: SparkSession, settings: Settings, progress: Progress, *, take_over: bool
+) -> None:
+    from lakehouse.runner import start_join
+
+    assert settings.join is not None
     plans: list[ReleasePlan] = []
     all_dead: list[JoinBatchReport] = []
 
@@ -318,10 +368,11 @@ def join(
             plans.append(report.plan)
         if report.all_dead_lettered:
             all_dead.append(report)
-            err_console.print(
+            say(
                 f"  [bold yellow]warning: every probe record of batch {report.batch_id} "
                 f"({report.malformed}) was dead-lettered[/], e.g. {report.malformed_example}; "
-                f"they are in {settings.join.dead_letter_table}"
+                f"they are in {settings.join.dead_letter_table}",
+                event="warning",
             )
 
     query = start_join(
@@ -332,9 +383,10 @@ def join(
         on_notice=notice,
     )
     cfg = settings.join
-    err_console.print(
+    say(
         f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
-        f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}"
+        f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}",
+        event="started",
     )
     run_query(query, "join", bounded=cfg.trigger != "processing-time")
     if all_dead and cfg.trigger != "processing-time" and not cfg.allow_dead_letters:
@@ -364,9 +416,10 @@ def _finish_bounded_run(cfg: JoinConfig, plan: ReleasePlan | None) -> None:
     )
     pending = 0 if state is None else state.pending_rows
     if not pending:
-        err_console.print(
+        say(
             f"[green]join {cfg.pipeline_id} complete:[/] the probe input is joined, nothing "
-            f"is pending (output {cfg.output_table})"
+            f"is pending (output {cfg.output_table})",
+            event="complete",
         )
         return
     if plan is None or plan.build_version is None:
@@ -384,8 +437,58 @@ def _finish_bounded_run(cfg: JoinConfig, plan: ReleasePlan | None) -> None:
             "join.build_idle_timeout_ms for a quiet dimension, or pass --build-complete if "
             "the build table already holds every change up to the probe's times"
         )
-    err_console.print(
+    say(
         f"[bold yellow]join {cfg.pipeline_id} incomplete:[/] {pending} row(s) left pending "
-        f"in {cfg.pending_table}; {why}. Exit code 3"
+        f"in {cfg.pending_table}; {why}. Exit code 3",
+        event="incomplete",
+        pending=pending,
     )
     raise typer.Exit(3)
+
+
+@contextlib.contextmanager
+def monitored(
+    settings: Settings, pipeline: str
+) -> Iterator[tuple[Progress, Callable[[SparkSession], None]]]:
+    """The progress printer of a pipeline, and what monitoring needs of Spark once it runs.
+
+    With ``monitoring.metrics_port`` the Prometheus endpoint listens before Spark starts (a
+    port in use is refused in one line, exit 2), Spark's query progress joins it through a
+    listener (the second value: call it with the session), and it closes when the run ends.
+    """
+    from lakehouse.metrics import Metrics, spark_progress_listener
+    from lakehouse.progress import Progress
+
+    m = settings.monitoring
+    metrics = server = None
+    if m.metrics_port is not None:
+        metrics = Metrics()
+        try:
+            server = metrics.serve(m.metrics_host, m.metrics_port)
+        except OSError as e:
+            raise ConfigError(
+                f"monitoring.metrics_port (--metrics-port): cannot listen on "
+                f"{m.metrics_host}:{m.metrics_port}: {e.strerror or e}; choose a free port (0: "
+                "any)",
+                setting="monitoring.metrics_port",
+            ) from e
+        url = f"http://{m.metrics_host}:{server.server_address[1]}/metrics"
+        say(f"metrics at {url}", event="metrics", url=url)
+
+    def on_spark(spark: SparkSession) -> None:
+        if metrics is not None:
+            spark.streams.addListener(spark_progress_listener(metrics))
+
+    progress = Progress(
+        err_console,
+        verbose=verbose(),
+        log_format=m.log_format,
+        metrics=metrics,
+        pipeline=pipeline,
+    )
+    try:
+        yield progress, on_spark
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()

@@ -27,6 +27,7 @@ from reference import ProbeRow, Version, rowtime_join
 
 from lakehouse import delta
 from lakehouse.testing import DebeziumTable
+from lakehouse.testing.broker import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -130,19 +131,37 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     # 4. the same checkpoint with a processing-time trigger (Spark refused it before: the
     #    tick source made the source lists differ), stopped with Ctrl-C as a person would,
     #    then available-now again
+    #    While it runs, a monitoring system scrapes its metrics endpoint.
     _write(tmp_path / "orders" / "0002.jsonl", [json.dumps({"order_id": 2, "currency": "EUR"})])
+    port = free_port()
     running = subprocess.Popen(
         [str(Path(sys.executable).parent / "lakehouse"), "join", "-c", cfg],
-        env={**os.environ, "COLUMNS": "4000", "LAKEHOUSE_JOIN__TRIGGER": "processing-time"},
+        env={
+            **os.environ,
+            "COLUMNS": "4000",
+            "LAKEHOUSE_JOIN__TRIGGER": "processing-time",
+            "LAKEHOUSE_MONITORING__METRICS_PORT": str(port),
+        },
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         deadline = time.monotonic() + 180
-        while _released(spark, tmp_path) != [0, 1, 2]:
+        scraped = ""
+        # released, and two more batches (quiet ticks: nothing new arrives) after it
+        while (
+            not re.search(
+                r'lakehouse_join_rows_total\{outcome="released",pipeline="orders"\} 1', scraped
+            )
+            or _sample(scraped, "lakehouse_batches_total") < 3
+        ):
             assert running.poll() is None, running.communicate()[1][-4000:]
-            assert time.monotonic() < deadline, "the processing-time run released nothing"
+            assert time.monotonic() < deadline, (
+                f"the processing-time run released nothing: {scraped}"
+            )
             time.sleep(0.5)
+            scraped = _scrape(port)
+        assert _released(spark, tmp_path) == [0, 1, 2]
         running.send_signal(signal.SIGINT)
         err = running.communicate(timeout=120)[1]
     finally:
@@ -152,9 +171,43 @@ def test_an_available_now_join_after_its_ingest_releases_what_waited_and_trigger
     assert running.returncode == 0, err[-4000:]
     assert "stopping join (Ctrl-C); it resumes from its checkpoint" in err
     assert "join stopped by SIGINT after batch" in err and "Traceback" not in err
+    # what the endpoint served: the join's counts and watermarks, and Spark's own progress
+    assert f"metrics at http://127.0.0.1:{port}/metrics" in err
+    assert _sample(scraped, "lakehouse_join_pending_rows") == 0
+    assert _sample(scraped, "lakehouse_join_processing_time") == 1
+    assert _sample(scraped, "lakehouse_join_build_version") >= 1
+    assert _sample(scraped, "lakehouse_query_input_rows_total") >= 1
+    assert "lakehouse_join_watermark_lag_seconds" in scraped
+    # quiet ticks print nothing: fewer batch lines than batches
+    assert 1 <= err.count("join batch ") < _sample(scraped, "lakehouse_batches_total"), err
+
+    # 5. a run for a log pipeline: every batch, notice and the start as one JSON object each
     _write(tmp_path / "orders" / "0003.jsonl", [json.dumps({"order_id": 3, "currency": "GBP"})])
-    _ok(lakehouse_command("join", "-c", cfg))
+    logged = _ok(lakehouse_command("join", "-c", cfg, "--log-format", "json"))
+    records = [json.loads(line) for line in logged.splitlines() if line.startswith("{")]
+    assert "join batch" not in logged and {"started", "batch"} <= {r["event"] for r in records}
+    batch = next(r for r in records if r["event"] == "batch" and r["released"])
+    assert batch["pipeline"] == "orders" and batch["released"] == batch["matched"] == 1
+    assert batch["processing_time"] is True and batch["pending"] == 0
     assert _released(spark, tmp_path) == [0, 1, 2, 3]
+
+
+def _scrape(port: int) -> str:
+    """The metrics endpoint's text ("" until it answers)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return answer.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return ""
+
+
+def _sample(text: str, name: str) -> float:
+    """The first value of a sample of ``name`` (-1 when there is none yet)."""
+    found = re.search(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else -1.0
 
 
 def _stopped_mid_run(cfg: str, tmp: Path, sig: signal.Signals) -> str:

@@ -123,12 +123,16 @@ def test_a_join_setting_has_one_name_from_toml_to_flag_to_options():
     from dataclasses import fields
 
     from lakehouse.cli.streams import join
-    from lakehouse.config import JoinConfig
+    from lakehouse.config import JoinConfig, MonitoringConfig
     from lakehouse.join import JoinOptions
 
     config = set(JoinConfig.model_fields)
     assert {f.name for f in fields(JoinOptions)} <= config
-    # flags that are not [join] keys: where the settings come from and how the run behaves
+    # flags that are not [join] keys: where the settings come from and how the run behaves;
+    # [monitoring] keys keep their names too
+    monitoring = set(MonitoringConfig.model_fields)
     not_settings = {"config", "topic", "bootstrap_servers", "take_over", "wait_for_build"}
+    assert {"metrics_port", "log_format"} <= monitoring
+    not_settings |= monitoring
     flags = set(inspect.signature(join).parameters) - not_settings
     assert flags <= config, sorted(flags - config)
