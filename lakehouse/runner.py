@@ -421,7 +421,7 @@ def _start(
     # before anything reads them: a file Spark or Delta cannot parse is named in one line
     check(cfg.checkpoint, job_tables, read_tables, repair=_repair_command(command))
     for setting, uri, kind in roles:
-        check_kind(uri, kind, setting=setting)
+        check_kind(uri, kind, setting=setting, writes=_writes(command, kind))
     check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
     lease = acquire(
         tables,
@@ -594,7 +594,8 @@ def check_damage(settings: Settings, command: str) -> None:
 
 def table_roles(settings: Settings, command: str) -> list[tuple[str, str, TableKind]]:
     """The tables a job reads or writes, each as ``(setting, location, kind expected)``; the
-    setting names the TOML key and the flag that set it."""
+    setting names the TOML key and the flag that set it. A job writes every table of its
+    roles but a join's build table."""
     from lakehouse.table_kinds import TableKind
 
     roles: list[tuple[str, str, TableKind]] = []
@@ -625,6 +626,10 @@ def table_roles(settings: Settings, command: str) -> list[tuple[str, str, TableK
     return roles
 
 
+def _writes(command: str, kind: TableKind) -> bool:
+    return not (command == "join" and kind == "build")
+
+
 def check_table_kinds(settings: Settings, command: str) -> None:
     """Refuse a job given a table of the wrong kind (:mod:`lakehouse.table_kinds`): a join
     whose build table is an output table would wait forever. Without Spark when none is
@@ -636,23 +641,27 @@ def check_table_kinds(settings: Settings, command: str) -> None:
     from lakehouse.table_kinds import check_kind
 
     for setting, uri, kind in table_roles(settings, command):
-        check_kind(uri, kind, setting=setting)
+        check_kind(uri, kind, setting=setting, writes=_writes(command, kind))
 
 
 def check_join_key(settings: Settings) -> None:
     """Refuse a join whose probe key cannot pair up with its build table's key, from the
-    build table's properties alone (no Spark): the same rule the join applies to each batch.
+    build table's properties alone, read by delta-rs (no Spark): the same rule the join
+    applies to each batch.
 
     Raises:
         ConfigError: the build table's key and ``probe_key`` differ in length.
     """
-    from lakehouse import delta
+    from lakehouse.delta.inspect import open_view
     from lakehouse.dimension import layout as L
 
     j = settings.join
-    if j is None or j.build_key or not delta.table_exists(j.build_table):
+    if j is None or j.build_key:
         return
-    recorded = delta.get_properties(j.build_table).get(L.PROP_PRIMARY_KEY, "")
+    view = open_view(j.build_table)  # delta-rs; a table it cannot open is the join's to check
+    if view is None or not view.exists:
+        return
+    recorded = view.properties.get(L.PROP_PRIMARY_KEY, "")
     key = [k for k in recorded.split(",") if k]
     if key and len(key) != len(j.probe_key):
         raise ConfigError(

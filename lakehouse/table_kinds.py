@@ -104,17 +104,24 @@ def describe(properties: Mapping[str, str]) -> str:
 
 
 def expected_kind(
-    uri: str, properties: Mapping[str, str], expected: TableKind, *, setting: str
+    uri: str,
+    properties: Mapping[str, str],
+    expected: TableKind,
+    *,
+    setting: str,
+    writes: bool = False,
 ) -> str | None:
     """The one line refusing the table at ``uri`` (an existing table with ``properties``) as
     the ``setting``'s table of kind ``expected``, or None when it may serve.
 
-    A recorded kind must be ``expected``; a table without one is refused only where a build
-    table is expected (a build table always records its kind; an output, pending or
-    dead-letter table created before kinds were recorded has none).
+    A recorded kind must be ``expected``. A table without one is refused only where a build
+    table is read: a build table records its kind from its creation on, except after a crash
+    between the creation's two commits, which the job that ``writes`` it (the ingest)
+    finishes; an output, pending or dead-letter table created before kinds were recorded has
+    none, and gets it with its next write.
     """
     kind = kind_of(properties)
-    if kind is expected or (kind is None and expected is not TableKind.BUILD):
+    if kind is expected or (kind is None and (writes or expected is not TableKind.BUILD)):
         return None
     return (
         f"{setting}: {uri} is {_what(properties)}, not {expected.article} (written by "
@@ -130,18 +137,38 @@ def _what(properties: Mapping[str, str]) -> str:
     return kind.article + (f" (created by pipeline {pipeline})" if pipeline else "")
 
 
-def check_kind(uri: str, expected: TableKind, *, setting: str, must_exist: bool = False) -> None:
+def check_kind(
+    uri: str,
+    expected: TableKind,
+    *,
+    setting: str,
+    must_exist: bool = False,
+    writes: bool = False,
+) -> None:
     """Refuse the table at ``uri`` as the ``setting``'s table of kind ``expected``
-    (:func:`expected_kind`). Reads the table's log only (delta-rs when no Spark session is
-    running, so a command can check before Spark starts).
+    (:func:`expected_kind`; ``writes``: the command writes it). Reads the table's log only:
+    without a Spark session with delta-rs, never starting Spark (a table delta-rs cannot open,
+    on object storage whose credentials only Spark's configuration holds, is left for the
+    check a job repeats once Spark runs).
 
     Raises:
         ConfigError: the table is of another kind; or ``must_exist`` and there is no table.
     """
+    from pyspark.sql import SparkSession
+
     from lakehouse import delta
+    from lakehouse.delta.inspect import open_view
     from lakehouse.errors import ConfigError
 
-    if not delta.table_exists(uri):
+    if SparkSession.getActiveSession() is None:
+        view = open_view(uri)
+        if view is None:
+            return
+        exists, properties = view.exists, view.properties
+    else:
+        exists = delta.table_exists(uri)
+        properties = delta.get_properties(uri) if exists else {}
+    if not exists:
         if must_exist:
             raise ConfigError(
                 f"{setting}: there is no Delta table at {uri}; expected {expected.article} "
@@ -149,6 +176,6 @@ def check_kind(uri: str, expected: TableKind, *, setting: str, must_exist: bool 
                 setting=setting,
             )
         return
-    refusal = expected_kind(uri, delta.get_properties(uri), expected, setting=setting)
+    refusal = expected_kind(uri, properties, expected, setting=setting, writes=writes)
     if refusal is not None:
         raise ConfigError(refusal, setting=setting)

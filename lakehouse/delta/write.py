@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import (
@@ -145,6 +145,31 @@ def overwrite(
     )
 
 
+def as_nullable(dtype: DataType) -> Any:
+    """``dtype`` with every field, array element and map value nullable: the schema a Delta
+    table gets when a DataFrame write creates it (Delta's ``asNullable``), so that a table
+    created first (to give it properties) takes the rows a write-created one would.
+
+    >>> from pyspark.sql.types import ArrayType, LongType, StructField, StructType
+    >>> schema = StructType([StructField("a", ArrayType(LongType(), False), False)])
+    >>> as_nullable(schema).simpleString(), as_nullable(schema)["a"].nullable
+    ('struct<a:array<bigint>>', True)
+    >>> as_nullable(schema)["a"].dataType.containsNull
+    True
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(dtype, StructType):
+        return StructType(
+            [StructField(f.name, as_nullable(f.dataType), True, f.metadata) for f in dtype.fields]
+        )
+    if isinstance(dtype, ArrayType):
+        return ArrayType(as_nullable(dtype.elementType), True)
+    if isinstance(dtype, MapType):
+        return MapType(as_nullable(dtype.keyType), as_nullable(dtype.valueType), True)
+    return dtype
+
+
 def _write(
     df: DataFrame,
     uri: str,
@@ -161,7 +186,7 @@ def _write(
     spark = df.sparkSession
     snap = snap if snap is not None else snapshot(uri, spark=spark)
     if properties and not snap.exists:
-        create_table(uri, df.schema, properties=properties, exist_ok=True, spark=spark)
+        create_table(uri, as_nullable(df.schema), properties=properties, exist_ok=True, spark=spark)
         snap = snapshot(uri, spark=spark)
     elif properties and not (txn is not None and snap.records(*txn)):
         missing = {k: v for k, v in properties.items() if k not in snap.properties}

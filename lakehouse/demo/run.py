@@ -55,6 +55,8 @@ ORDERS_TOPIC = "orders"
 TRIGGER = "2 seconds"
 IDLE_TIMEOUT_MS = 8_000
 SETTLE_TIMEOUT_S = 240
+#: How long a wave waits for the pipelines to take it in before the demo goes on.
+WAVE_TIMEOUT_S = 120
 
 
 @dataclass
@@ -170,6 +172,14 @@ class _Feed:
         """Send wave ``wave``; returns what was sent, for the log."""
         raise NotImplementedError
 
+    def orders_until(self, wave: int) -> int:
+        """The orders the waves up to ``wave`` sent."""
+        return sum(len(self.data.waves[w].orders) for w in range(wave + 1))
+
+    def cdc_until(self, wave: int) -> int | None:
+        """The CDC records the waves up to ``wave`` sent (None: Debezium decides how many)."""
+        return None
+
     def close(self) -> None:
         """Stop sending (before the pipelines stop)."""
 
@@ -184,6 +194,9 @@ class _GeneratedFeed(_Feed):
         self.producer.setup(
             {CDC_TOPIC: self.data.cdc_partitions, ORDERS_TOPIC: self.data.order_partitions}
         )
+
+    def cdc_until(self, wave: int) -> int | None:
+        return sum(len(self.data.waves[w].cdc) for w in range(wave + 1))
 
     def send(self, wave: int) -> str:
         records = self.data.waves[wave]
@@ -453,8 +466,7 @@ def _run(
                 sent = feed.send(i)
                 with stats.lock:
                     stats.log.append(sent)
-                # the first pause is long enough for the orders to wait on a half snapshot
-                _sleep_live(display, 10 if i == 0 else 4, f"wave {i + 1}/{feed.waves}")
+                _wait_for_wave(display, stats, feed, i, ingesting=i > feed.ingest_starts_after)
                 if i == feed.ingest_starts_after:
                     with stats.lock:
                         stats.log.append("the ingest starts")
@@ -657,11 +669,31 @@ class _Display:
             self._last_line, self._last_at = counts, now
 
 
-def _sleep_live(display: _Display, seconds: float, phase: str) -> None:
-    deadline = time.monotonic() + seconds
+def _wait_for_wave(
+    display: _Display, stats: _Stats, feed: _Feed, wave: int, *, ingesting: bool
+) -> None:
+    """Go on once the pipelines have taken in what the waves so far sent: both joins every
+    order, and a running ingest every CDC record (when the feed knows how many), so that the
+    story follows the pipelines' progress, however fast the machine. A wave's orders reach
+    the joins before the next wave's CDC records exist, so the first ones wait on a half
+    snapshot. After :data:`WAVE_TIMEOUT_S` it goes on and says so."""
+    orders, cdc = feed.orders_until(wave), feed.cdc_until(wave)
+    phase = f"wave {wave + 1}/{feed.waves}"
+    deadline = time.monotonic() + WAVE_TIMEOUT_S
     while time.monotonic() < deadline:
+        with stats.lock:
+            joined = all(
+                s["arrived"] + s["dead"] >= orders
+                for s in (stats.join_stats("rowtime"), stats.join_stats("proctime"))
+            )
+            ingested = not ingesting or cdc is None or stats.ingest_records >= cdc
+        if joined and ingested:
+            display.update(phase)
+            return
         display.update(phase)
         time.sleep(0.5)
+    with stats.lock:
+        stats.log.append(f"{phase}: went on after {WAVE_TIMEOUT_S} s, the pipelines behind")
 
 
 def _settle(display: _Display, stats: _Stats, feed: _Feed, queries: list[Any]) -> None:
