@@ -174,8 +174,16 @@ class Metrics:
 
         self.registry = CollectorRegistry()
         r = self.registry
-        by = ["command", "pipeline"]
-        self.batches = Counter("lakehouse_batches", "Micro-batches run.", by, registry=r)
+        by, p, wm = ["command", "pipeline"], ["pipeline"], ["pipeline", "channel"]
+        t, q = ["pipeline", "table"], ["query"]
+
+        def counter(name: str, text: str, labels: list[str]) -> Counter:
+            return Counter(name, text, labels, registry=r)
+
+        def gauge(name: str, text: str, labels: list[str]) -> Gauge:
+            return Gauge(name, text, labels, registry=r)
+
+        self.batches = counter("lakehouse_batches", "Micro-batches run.", by)
         self.duration = Histogram(
             "lakehouse_batch_duration_seconds",
             "Duration of a micro-batch's handler.",
@@ -183,101 +191,75 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
-        self.last_id = Gauge("lakehouse_last_batch_id", "Id of the last batch.", by, registry=r)
-        self.last_at = Gauge(
-            "lakehouse_last_batch_timestamp_seconds", "When the last batch ended.", by, registry=r
+        self.last_id = gauge("lakehouse_last_batch_id", "Id of the last batch.", by)
+        self.last_at = gauge(
+            "lakehouse_last_batch_timestamp_seconds", "When the last batch ended.", by
         )
-        p = ["pipeline"]
-        self.join_rows = Counter(
-            "lakehouse_join_rows", "Probe rows by outcome.", [*p, "outcome"], registry=r
-        )
-        self.pending = Gauge("lakehouse_join_pending_rows", "Rows waiting.", p, registry=r)
-        self.build_version = Gauge(
-            "lakehouse_join_build_version", "Build table version joined.", p, registry=r
-        )
-        wm = [*p, "channel"]
-        self.join_wm = Gauge(
+        self.join_rows = counter("lakehouse_join_rows", "Probe rows by outcome.", [*p, "outcome"])
+        self.pending = gauge("lakehouse_join_pending_rows", "Rows waiting.", p)
+        self.build_version = gauge("lakehouse_join_build_version", "Build table version joined.", p)
+        self.join_wm = gauge(
             "lakehouse_join_watermark_timestamp_seconds",
             "Watermark (NaN: MIN or processing time).",
             wm,
-            registry=r,
         )
-        self.join_wm_lag = Gauge(
+        self.join_wm_lag = gauge(
             "lakehouse_join_watermark_lag_seconds",
             "Wall clock minus the watermark, at scrape time.",
             wm,
-            registry=r,
         )
-        self.join_event_lag = Gauge(
+        self.join_event_lag = gauge(
             "lakehouse_join_event_lag_seconds",
             "Newest probe event time minus the combined watermark.",
             p,
-            registry=r,
         )
-        self.proctime = Gauge(
+        self.proctime = gauge(
             "lakehouse_join_processing_time",
             "1 when the combined watermark follows the wall clock.",
             p,
-            registry=r,
         )
-        self.bound_alert = Gauge(
-            "lakehouse_join_pending_bound_alert", "1 while the pending bound alerts.", p, registry=r
+        self.bound_alert = gauge(
+            "lakehouse_join_pending_bound_alert", "1 while the pending bound alerts.", p
         )
-        self.records = Counter("lakehouse_ingest_records", "CDC records read.", p, registry=r)
-        self.changes = Counter("lakehouse_ingest_changes", "Changes written.", p, registry=r)
-        self.dead = Counter(
-            "lakehouse_ingest_dead_letters", "Records dead-lettered.", [*p, "kind"], registry=r
+        self.records = counter("lakehouse_ingest_records", "CDC records read.", p)
+        self.changes = counter("lakehouse_ingest_changes", "Changes written.", p)
+        self.dead = counter("lakehouse_ingest_dead_letters", "Records dead-lettered.", [*p, "kind"])
+        self.unrouted = counter("lakehouse_ingest_unrouted_records", "Records of no table.", p)
+        self.build_rows = counter("lakehouse_build_rows", "Versions written.", t)
+        self.build_table_version = gauge("lakehouse_build_version", "Build table version.", t)
+        self.build_wm = gauge(
+            "lakehouse_build_watermark_timestamp_seconds", "Build watermark (NaN: MIN).", t
         )
-        self.unrouted = Counter(
-            "lakehouse_ingest_unrouted_records", "Records of no table.", p, registry=r
-        )
-        t = [*p, "table"]
-        self.build_rows = Counter("lakehouse_build_rows", "Versions written.", t, registry=r)
-        self.build_table_version = Gauge(
-            "lakehouse_build_version", "Build table version.", t, registry=r
-        )
-        self.build_wm = Gauge(
-            "lakehouse_build_watermark_timestamp_seconds",
-            "Build watermark (NaN: MIN).",
-            t,
-            registry=r,
-        )
-        self.build_wm_lag = Gauge(
+        self.build_wm_lag = gauge(
             "lakehouse_build_watermark_lag_seconds",
             "Wall clock minus the build watermark, at scrape time.",
             t,
-            registry=r,
         )
-        self.build_event_lag = Gauge(
+        self.build_event_lag = gauge(
             "lakehouse_build_event_lag_seconds",
             "Newest event written minus the build watermark.",
             t,
-            registry=r,
         )
-        self.complete = Gauge(
-            "lakehouse_build_snapshot_complete", "1 once the snapshot marker is set.", t, registry=r
+        self.complete = gauge(
+            "lakehouse_build_snapshot_complete", "1 once the snapshot marker is set.", t
         )
-        self.snapshot_alert = Gauge(
-            "lakehouse_build_snapshot_alert", "1 while a snapshot alert is open.", t, registry=r
+        self.snapshot_alert = gauge(
+            "lakehouse_build_snapshot_alert", "1 while a snapshot alert is open.", t
         )
-        self.blocked = Gauge(
-            "lakehouse_build_schema_blocked", "1 while the schema is blocked.", t, registry=r
+        self.blocked = gauge("lakehouse_build_schema_blocked", "1 while the schema is blocked.", t)
+        self.spark_rows = counter(
+            "lakehouse_query_input_rows", "Rows Spark read (its query progress).", q
         )
-        q = ["query"]
-        self.spark_rows = Counter(
-            "lakehouse_query_input_rows", "Rows Spark read (its query progress).", q, registry=r
+        self.spark_input_rate = gauge(
+            "lakehouse_query_input_rows_per_second", "Spark's input rate.", q
         )
-        self.spark_input_rate = Gauge(
-            "lakehouse_query_input_rows_per_second", "Spark's input rate.", q, registry=r
+        self.spark_processed_rate = gauge(
+            "lakehouse_query_processed_rows_per_second", "Spark's processing rate.", q
         )
-        self.spark_processed_rate = Gauge(
-            "lakehouse_query_processed_rows_per_second", "Spark's processing rate.", q, registry=r
-        )
-        self.spark_phase = Gauge(
+        self.spark_phase = gauge(
             "lakehouse_query_trigger_phase_seconds",
             "Spark's time per phase of the last trigger (durationMs).",
             [*q, "phase"],
-            registry=r,
         )
 
     def observe(self, record: Mapping[str, Any]) -> None:

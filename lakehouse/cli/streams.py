@@ -48,6 +48,15 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------- ingest
 
 
+#: The [monitoring] flags of both pipelines.
+MetricsPortOpt = Annotated[
+    int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
+]
+LogFormatOpt = Annotated[
+    str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
+]
+
+
 @app.command()
 def ingest(
     config: ConfigOpt = None,
@@ -94,12 +103,8 @@ def ingest(
     pipeline_id: Annotated[
         str | None, typer.Option(help=setting_help(IngestConfig, "pipeline_id"))
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
-    ] = None,
-    log_format: Annotated[
-        str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
-    ] = None,
+    metrics_port: MetricsPortOpt = None,
+    log_format: LogFormatOpt = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -249,12 +254,8 @@ def join(
     pipeline_id: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "pipeline_id"))
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
-    ] = None,
-    log_format: Annotated[
-        str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
-    ] = None,
+    metrics_port: MetricsPortOpt = None,
+    log_format: LogFormatOpt = None,
     take_over: Annotated[
         bool,
         typer.Option(
