@@ -146,29 +146,20 @@ def check_kind(
     writes: bool = False,
 ) -> None:
     """Refuse the table at ``uri`` as the ``setting``'s table of kind ``expected``
-    (:func:`expected_kind`; ``writes``: the command writes it). Reads the table's log only:
-    without a Spark session with delta-rs, never starting Spark (a table delta-rs cannot open,
-    on object storage whose credentials only Spark's configuration holds, is left for the
-    check a job repeats once Spark runs).
+    (:func:`expected_kind`; ``writes``: the command writes it). Reads the table's log once,
+    never starting Spark (:func:`lakehouse.delta.peek`): a table that cannot be read without
+    Spark is left for the check a job repeats once Spark runs.
 
     Raises:
         ConfigError: the table is of another kind; or ``must_exist`` and there is no table.
     """
-    from pyspark.sql import SparkSession
-
     from lakehouse import delta
-    from lakehouse.delta.inspect import open_view
     from lakehouse.errors import ConfigError
 
-    if SparkSession.getActiveSession() is None:
-        view = open_view(uri)
-        if view is None:
-            return
-        exists, properties = view.exists, view.properties
-    else:
-        exists = delta.table_exists(uri)
-        properties = delta.get_properties(uri) if exists else {}
-    if not exists:
+    look = delta.peek(uri)
+    if look is None:
+        return
+    if not look.exists:
         if must_exist:
             raise ConfigError(
                 f"{setting}: there is no Delta table at {uri}; expected {expected.article} "
@@ -176,6 +167,6 @@ def check_kind(
                 setting=setting,
             )
         return
-    refusal = expected_kind(uri, properties, expected, setting=setting, writes=writes)
+    refusal = expected_kind(uri, look.properties, expected, setting=setting, writes=writes)
     if refusal is not None:
         raise ConfigError(refusal, setting=setting)

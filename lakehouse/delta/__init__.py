@@ -22,6 +22,7 @@ from lakehouse.delta.log import commit_metadata as commit_metadata
 from lakehouse.delta.log import get_properties as get_properties
 from lakehouse.delta.log import history as history
 from lakehouse.delta.log import latest_version as latest_version
+from lakehouse.delta.log import peek as peek
 from lakehouse.delta.log import snapshot as snapshot
 from lakehouse.delta.log import table_exists as table_exists
 from lakehouse.delta.log import table_schema as table_schema
@@ -59,6 +60,7 @@ __all__ = [
     "latest_version",
     "local_path",
     "overwrite",
+    "peek",
     "read",
     "read_files",
     "row_count",

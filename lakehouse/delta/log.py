@@ -315,18 +315,25 @@ def _after_write(spark: SparkSession, uri: str) -> TableSnapshot:
     return snap
 
 
-def _look(uri: str, spark: SparkSession | None) -> Any:
-    """A read-only look at the log: without any Spark session, delta-rs's :class:`~lakehouse.
-    delta.inspect.LogView` when it can open the table (no JVM started for a status command);
-    the engine's :class:`TableSnapshot` otherwise."""
-    if spark is None:
-        from pyspark.sql import SparkSession
+def peek(uri: str) -> Any | None:
+    """A read-only look at the log that never starts Spark: the engine's
+    :class:`TableSnapshot` when a Spark session is running, else delta-rs's
+    :class:`~lakehouse.delta.inspect.LogView`; None when delta-rs cannot open the table (a
+    protocol feature it lacks, object storage whose credentials only Spark's configuration
+    holds). Checks that run before Spark starts read tables this way."""
+    from pyspark.sql import SparkSession
 
-        if SparkSession.getActiveSession() is None:
-            view = open_view(uri)
-            if view is not None:
-                return view
-    return snapshot(uri, spark=spark)
+    if SparkSession.getActiveSession() is None:
+        return open_view(uri)
+    return snapshot(uri)
+
+
+def _look(uri: str, spark: SparkSession | None) -> Any:
+    """A read-only look at the log: :func:`peek` (no JVM started for a status command), and
+    the engine's :class:`TableSnapshot` where delta-rs cannot read the table or ``spark`` is
+    given."""
+    view = peek(uri) if spark is None else None
+    return view if view is not None else snapshot(uri, spark=spark)
 
 
 def table_exists(uri: str, *, spark: SparkSession | None = None) -> bool:
