@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse.checkpoint import checkpoint_sources, has_offsets
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
@@ -401,7 +401,7 @@ def _start(
     tables: list[str],
     job_tables: list[str],
     read_tables: list[str],
-    roles: list[tuple[str, str, TableKind]],
+    roles: list[TableRole],
     take_over: bool,
     on_notice: Callable[[str], None] | None,
     kafka: KafkaConfig | None = None,
@@ -416,12 +416,10 @@ def _start(
     from lakehouse.failpoints import failpoint
     from lakehouse.lease import acquire
     from lakehouse.recovery import check
-    from lakehouse.table_kinds import check_kind
 
     # before anything reads them: a file Spark or Delta cannot parse is named in one line
     check(cfg.checkpoint, job_tables, read_tables, repair=_repair_command(command))
-    for setting, uri, kind in roles:
-        check_kind(uri, kind, setting=setting, writes=_writes(command, kind))
+    _check_roles(roles)
     check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
     lease = acquire(
         tables,
@@ -592,20 +590,28 @@ def check_damage(settings: Settings, command: str) -> None:
         check(cfg.checkpoint, written, read, repair=_repair_command(command))
 
 
-def table_roles(settings: Settings, command: str) -> list[tuple[str, str, TableKind]]:
-    """The tables a job reads or writes, each as ``(setting, location, kind expected)``; the
-    setting names the TOML key and the flag that set it. A job writes every table of its
-    roles but a join's build table."""
+class TableRole(NamedTuple):
+    """A table a job uses: the setting that names it (TOML key and flag), its location, the
+    kind it must be, and whether the job writes it (a join only reads its build table)."""
+
+    setting: str
+    uri: str
+    kind: TableKind
+    writes: bool = True
+
+
+def table_roles(settings: Settings, command: str) -> list[TableRole]:
+    """The tables a job reads or writes (:class:`TableRole`)."""
     from lakehouse.table_kinds import TableKind
 
-    roles: list[tuple[str, str, TableKind]] = []
+    roles: list[TableRole] = []
     if command == "ingest" and settings.ingest is not None:
         i = settings.ingest
         for n, t in enumerate(i.tables):
             flag = " (--table)" if len(i.tables) == 1 else ""
-            roles.append((f"ingest.tables[{n}].table{flag}", t.table, TableKind.BUILD))
+            roles.append(TableRole(f"ingest.tables[{n}].table{flag}", t.table, TableKind.BUILD))
         roles.append(
-            (
+            TableRole(
                 "ingest.dead_letter_table (--dead-letter-table)",
                 i.dead_letter_table,
                 TableKind.DEAD_LETTER,
@@ -614,20 +620,16 @@ def table_roles(settings: Settings, command: str) -> list[tuple[str, str, TableK
     elif command == "join" and settings.join is not None:
         j = settings.join
         roles += [
-            ("join.build_table (--build-table)", j.build_table, TableKind.BUILD),
-            ("join.output_table (--output-table)", j.output_table, TableKind.OUTPUT),
-            ("join.pending_table (--pending-table)", j.pending_table, TableKind.PENDING),
-            (
+            TableRole("join.build_table (--build-table)", j.build_table, TableKind.BUILD, False),
+            TableRole("join.output_table (--output-table)", j.output_table, TableKind.OUTPUT),
+            TableRole("join.pending_table (--pending-table)", j.pending_table, TableKind.PENDING),
+            TableRole(
                 "join.dead_letter_table (--dead-letter-table)",
                 j.dead_letter_table,
                 TableKind.DEAD_LETTER,
             ),
         ]
     return roles
-
-
-def _writes(command: str, kind: TableKind) -> bool:
-    return not (command == "join" and kind == "build")
 
 
 def check_table_kinds(settings: Settings, command: str) -> None:
@@ -638,10 +640,14 @@ def check_table_kinds(settings: Settings, command: str) -> None:
     Raises:
         ConfigError: one line naming the setting, the table, its kind and the kind expected.
     """
+    _check_roles(table_roles(settings, command))
+
+
+def _check_roles(roles: list[TableRole]) -> None:
     from lakehouse.table_kinds import check_kind
 
-    for setting, uri, kind in table_roles(settings, command):
-        check_kind(uri, kind, setting=setting, writes=_writes(command, kind))
+    for role in roles:
+        check_kind(role.uri, role.kind, setting=role.setting, writes=role.writes)
 
 
 def check_join_key(settings: Settings) -> None:
@@ -652,16 +658,16 @@ def check_join_key(settings: Settings) -> None:
     Raises:
         ConfigError: the build table's key and ``probe_key`` differ in length.
     """
-    from lakehouse.delta.inspect import open_view
+    from lakehouse import delta
     from lakehouse.dimension import layout as L
 
     j = settings.join
     if j is None or j.build_key:
         return
-    view = open_view(j.build_table)  # delta-rs; a table it cannot open is the join's to check
-    if view is None or not view.exists:
+    look = delta.peek(j.build_table)  # a table delta-rs cannot open is the join's to check
+    if look is None or not look.exists:
         return
-    recorded = view.properties.get(L.PROP_PRIMARY_KEY, "")
+    recorded = look.properties.get(L.PROP_PRIMARY_KEY, "")
     key = [k for k in recorded.split(",") if k]
     if key and len(key) != len(j.probe_key):
         raise ConfigError(
