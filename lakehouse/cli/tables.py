@@ -202,15 +202,12 @@ def sql(
         raise ConfigError(_not_a_query(first), setting="query")
     settings = load_settings(config)
     views = _project_tables(settings)
+    given: dict[str, str] = {}
     for item in table or []:
         name, sep, location = item.partition("=")
         if not sep or not name or not location:
             raise ConfigError(f"--table takes NAME=LOCATION, got {item!r}", setting="table")
-        if local_path(location) is not None and not delta.table_exists(location):
-            raise ConfigError(
-                f"--table {item}: there is no Delta table at {location}", setting="table"
-            )
-        views[name] = location
+        views[name], given[name] = location, item
     # a configured table nothing has written yet (no dead letters so far) is no view; a query
     # naming it is told so
     unwritten = {
@@ -218,6 +215,11 @@ def sql(
         for name, location in views.items()
         if local_path(location) is not None and not delta.table_exists(location)
     }
+    for name, item in given.items():
+        if name in unwritten:
+            raise ConfigError(
+                f"--table {item}: there is no Delta table at {unwritten[name]}", setting="table"
+            )
     for name, location in unwritten.items():
         del views[name]
         if re.search(rf"\b{re.escape(name)}\b", query, re.IGNORECASE):
