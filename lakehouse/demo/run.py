@@ -90,6 +90,14 @@ class _Stats:
             },
         )
 
+    def took_in(self, orders: int, cdc: int | None) -> bool:
+        """Both joins have taken in ``orders`` orders (joined, pending or dead-lettered) and
+        the ingest ``cdc`` records (None: not asked). Call with :attr:`lock` held."""
+        joins = (self.join_stats("rowtime"), self.join_stats("proctime"))
+        return all(s["arrived"] + s["dead"] >= orders for s in joins) and (
+            cdc is None or self.ingest_records >= cdc
+        )
+
 
 class _Producer:
     """Sends waves to Kafka topics or to JSON-lines directories (envelope format, which keeps
@@ -681,16 +689,10 @@ def _wait_for_wave(
     phase = f"wave {wave + 1}/{feed.waves}"
     deadline = time.monotonic() + WAVE_TIMEOUT_S
     while time.monotonic() < deadline:
-        with stats.lock:
-            joined = all(
-                s["arrived"] + s["dead"] >= orders
-                for s in (stats.join_stats("rowtime"), stats.join_stats("proctime"))
-            )
-            ingested = not ingesting or cdc is None or stats.ingest_records >= cdc
-        if joined and ingested:
-            display.update(phase)
-            return
         display.update(phase)
+        with stats.lock:
+            if stats.took_in(orders, cdc if ingesting else None):
+                return
         time.sleep(0.5)
     with stats.lock:
         stats.log.append(f"{phase}: went on after {WAVE_TIMEOUT_S} s, the pipelines behind")
@@ -708,9 +710,7 @@ def _settle(display: _Display, stats: _Stats, feed: _Feed, queries: list[Any]) -
         with stats.lock:
             row, proc = stats.join_stats("rowtime"), stats.join_stats("proctime")
             done = (
-                stats.ingest_records >= feed.cdc_count
-                and row["arrived"] + row["dead"] >= feed.order_count
-                and proc["arrived"] + proc["dead"] >= feed.order_count
+                stats.took_in(feed.order_count, feed.cdc_count)
                 and proc["pending"] == 0
                 and row["build_idle"]
             )
