@@ -2,10 +2,10 @@
 
 Commands that only show a table (``lakehouse status``, ``snapshot-status``) should answer in
 about a second, not after a JVM starts. When no Spark session is running, :func:`lakehouse.
-delta.snapshot` hands out a :class:`LogView` instead of the engine's snapshot: the same
-read-only answers (version, properties, recent commits and their ``userMetadata``, app
-transactions, row count from the file statistics), read by delta-rs. Nothing here writes:
-every table is written by delta-spark alone.
+delta.peek` (and so ``table_exists``, ``history``, ``table_schema`` and the other read-only
+looks) hands out a :class:`LogView` instead of the engine's snapshot: the same read-only
+answers (version, properties, schema, recent commits and their ``userMetadata``, app
+transactions, row count from the file statistics), read by delta-rs. Nothing here writes.
 
 When delta-rs cannot open a table (a protocol feature it lacks, a storage scheme it has no
 credentials for, such as ``dbfs:/``), :func:`open_view` returns None and the caller asks the
@@ -17,10 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta.commits import CommitInfo
 from lakehouse.errors import TableNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 
 class LogView:
@@ -88,6 +91,36 @@ class LogView:
     def row_count(self) -> int:
         """Rows, from the file statistics (no data is read)."""
         return 0 if self._table is None else int(self._table.count())
+
+    @property
+    def schema(self) -> StructType:
+        """The table schema at :attr:`version` (empty when there is no table)."""
+        return self.schema_at(self.version)
+
+    def schema_at(self, version: int) -> StructType:
+        """The table schema at ``version``. Delta's schema JSON is Spark's, so the type is
+        the one the engine reports.
+
+        Raises:
+            TableNotFoundError: no table, or the log no longer reaches ``version``.
+        """
+        from pyspark.sql.types import StructType
+
+        if self._table is None:
+            return StructType([])
+        table = self._table
+        if version != self.version:
+            from deltalake import DeltaTable
+
+            try:
+                table = DeltaTable(self.uri, version=version)
+            except Exception as e:
+                raise TableNotFoundError(
+                    f"Delta table '{self.uri}' has no version {version} (latest "
+                    f"{self.version}): {str(e).strip().splitlines()[0] if str(e).strip() else e}",
+                    table_uri=self.uri,
+                ) from e
+        return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 def open_view(uri: str) -> LogView | None:

@@ -393,9 +393,11 @@ def table_schema(
     """Return the table's schema."""
     from pyspark.sql.types import StructType
 
-    snap = snapshot(uri, spark=spark).require()
+    snap = _look(uri, spark).require()
     if version is None or version == snap.version:
         return snap.schema
+    if not isinstance(snap, TableSnapshot):
+        return snap.schema_at(version)
     return StructType.fromJson(json.loads(_engine.schema_json(_snapshot_at(snap, version))))
 
 
