@@ -366,6 +366,11 @@ class QualityConfig(_Model):
     """
     max_pending_age_ms: int | None = Field(default=None, gt=0)
     """The report fails when a pending row is older than this; off by default."""
+    engine: Literal["auto", "pandas", "spark"] = "auto"
+    """`pandas`: read the tables with delta-rs and validate on pandas, no JVM (local tables
+    only); `spark`: on Spark (object storage, clusters); `auto`: pandas when every table is
+    local and delta-rs reads it, else Spark.
+    """
 
 
 class MaintenanceConfig(_Model):

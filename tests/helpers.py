@@ -233,3 +233,15 @@ def lakehouse_command(
         env=full,
         check=False,
     )
+
+
+def comparable_summary(summary_path: Path, report_dir: Path) -> dict[str, Any]:
+    """A quality report's ``summary.json`` without what differs between any two runs of the
+    same tables (when, how long, into which directory), to compare two engines' reports."""
+    import json
+
+    summary: dict[str, Any] = json.loads(
+        summary_path.read_text().replace(str(report_dir), "<report>")
+    )
+    del summary["run"]["started_at"], summary["run"]["duration_s"]
+    return summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -26,18 +26,28 @@ def quality(
     max_pending_age_ms: Annotated[
         int | None, typer.Option(help="Fail when a pending row is older than this.")
     ] = None,
+    engine: Annotated[
+        Literal["auto", "pandas", "spark"] | None,
+        typer.Option(
+            help="pandas (delta-rs, no JVM; local tables), spark, or auto: pandas when every "
+            "table is local [default: auto]"
+        ),
+    ] = None,
 ) -> None:
     """Validate the join's output and pending tables with Great Expectations.
 
-    Exit code 1 when a check fails, for cron or a Databricks job to alert on."""
+    Local tables are validated on pandas in seconds (no JVM); tables on object storage on
+    Spark. Exit code 1 when a check fails, for cron or a Databricks job to alert on."""
     from lakehouse.config import load_settings
-    from lakehouse.quality import print_report, run_quality_report
+    from lakehouse.quality import choose_engine, print_report, run_quality_report
     from lakehouse.runner import check_join_key, check_table_kinds, join_options
 
     settings = load_settings(
         config,
         overrides={
-            "quality": flag_overrides(report_dir=report_dir, max_pending_age_ms=max_pending_age_ms)
+            "quality": flag_overrides(
+                report_dir=report_dir, max_pending_age_ms=max_pending_age_ms, engine=engine
+            )
         },
     )
     j = settings.join
@@ -53,12 +63,14 @@ def quality(
         )
     check_table_kinds(settings, "join")  # before Spark starts
     check_join_key(settings)
-    spark = spark_for(settings)
+    options = join_options(j)
+    on = choose_engine(options, settings.quality.engine)
     report = run_quality_report(
-        spark,
-        join_options(j),
+        spark_for(settings) if on == "spark" else None,
+        options,
         report_dir=settings.quality.report_dir,
         max_pending_age_ms=settings.quality.max_pending_age_ms,
+        engine=on,
     )
     print_report(report, console=console)
     if not report.success:

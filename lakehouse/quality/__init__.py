@@ -1,5 +1,5 @@
-"""Data-quality report of the temporal join's tables: Great Expectations suites on Spark,
-Data Docs, a JSON summary and a watermark plot.
+"""Data-quality report of the temporal join's tables: Great Expectations suites on pandas
+(local tables, no JVM) or Spark, Data Docs, a JSON summary and a watermark plot.
 
 >>> from lakehouse.quality import CHECKS
 >>> list(CHECKS)  # doctest: +NORMALIZE_WHITESPACE
@@ -15,7 +15,9 @@ from lakehouse.quality.errors import QualityError as QualityError
 from lakehouse.quality.pin import TableVersion as TableVersion
 from lakehouse.quality.render import print_report as print_report
 from lakehouse.quality.render import report_table as report_table
+from lakehouse.quality.report import EngineChoice as EngineChoice
 from lakehouse.quality.report import QualityReport as QualityReport
+from lakehouse.quality.report import choose_engine as choose_engine
 from lakehouse.quality.report import run_quality_report as run_quality_report
 
 __all__ = [
@@ -23,9 +25,11 @@ __all__ = [
     "CheckName",
     "CheckResult",
     "CheckStatus",
+    "EngineChoice",
     "QualityError",
     "QualityReport",
     "TableVersion",
+    "choose_engine",
     "print_report",
     "report_table",
     "run_quality_report",

@@ -8,11 +8,11 @@ What GX gets and does here:
   ``<report_dir>/data_docs``. Analytics are disabled in the context's configuration, and
   nothing in it needs the network; neither do the pages, which load the CSS/JS shipped with
   lakehouse instead of GX's CDNs (:mod:`lakehouse.quality._offline`).
-* one **Spark datasource** whose dataframe assets are filled per run
-  (``batch_parameters={"dataframe": df}``). It is created with ``persist=False`` so GX does
-  not cache DataFrames in the caller's session, and without ``spark_config``, so it uses the
-  caller's active SparkSession as it is (GX stops and restarts a session only to apply a
-  ``spark_config``).
+* one **datasource** of the report's engine (:mod:`lakehouse.quality.frames`) whose dataframe
+  assets are filled per run (``batch_parameters={"dataframe": df}``). A Spark datasource is
+  created with ``persist=False`` so GX does not cache DataFrames in the caller's session, and
+  without ``spark_config``, so it uses the caller's active SparkSession as it is (GX stops and
+  restarts a session only to apply a ``spark_config``); a pandas datasource needs no JVM.
 * **suites loaded from JSON files** a reviewer can read (``expectations/*.json``). Each
   expectation's ``meta.notes`` explains it; the loader copies the notes into GX's ``notes``
   field, which is what the Data Docs render.
@@ -35,13 +35,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.errors import LakehouseError
 from lakehouse.quality._offline import make_site_offline
 from lakehouse.quality.errors import QualityError
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("lakehouse.quality")
@@ -192,9 +193,10 @@ class GxSession:
 
     Args:
         docs_dir: the Data Docs site's directory (created when docs are built).
+        engine: the frames :meth:`validate` is given: ``spark`` or ``pandas`` DataFrames.
     """
 
-    def __init__(self, docs_dir: Path) -> None:
+    def __init__(self, docs_dir: Path, *, engine: Literal["spark", "pandas"] = "spark") -> None:
         self.docs_dir = docs_dir
         # GX 1.x reads this when it is imported; the context config below disables analytics
         # too. An operator's explicit setting is left alone.
@@ -226,7 +228,12 @@ class GxSession:
             )
             self._gx = gx
             self.context = gx.get_context(mode="ephemeral", project_config=config)
-            self._datasource = self.context.data_sources.add_spark(name="lakehouse", persist=False)
+            sources = self.context.data_sources
+            self._datasource = (
+                sources.add_spark(name="lakehouse", persist=False)
+                if engine == "spark"
+                else sources.add_pandas(name="lakehouse")
+            )
             # one run id for all validations of the report, so the Data Docs group them
             self._run_id = RunIdentifier(run_name=RUN_NAME, run_time=datetime.now(UTC))
         self._batch_definitions: dict[str, Any] = {}
@@ -245,7 +252,7 @@ class GxSession:
         suite: SuiteFile,
         *,
         asset: str,
-        df: DataFrame,
+        df: DataFrame | pd.DataFrame,
         parameters: Mapping[str, Any] | None = None,
         index_columns: Sequence[str] = (),
         sample_rows: int = 20,
@@ -257,7 +264,7 @@ class GxSession:
             suite: the suite file; its ``$PARAMETER`` references are filled from
                 ``parameters``.
             asset: name of the dataframe asset (shown in the Data Docs).
-            df: the rows; not cached by GX.
+            df: the rows (a frame of the session's engine); not cached by GX.
             parameters: suite parameter values.
             index_columns: columns identifying a failing row in the sample
                 (``unexpected_index_column_names``).
@@ -324,12 +331,21 @@ class GxSession:
                         stage=stage,
                     )
                 as_json = r.to_json_dict()
+                result = as_json.get("result") or {}
+                # the same summary whichever engine validated: without index columns pandas
+                # lists bare row numbers, which identify nothing (Spark lists none); over a
+                # domain no row is in (a row condition none meets) Spark counts None
+                # unexpected, pandas 0
+                if not index_columns:
+                    result.pop("partial_unexpected_index_list", None)
+                if result.get("element_count") == 0 and result.get("unexpected_count") is None:
+                    result["unexpected_count"] = 0
                 outcomes.append(
                     ExpectationOutcome(
                         type=r.expectation_config.type,
                         kwargs=as_json["expectation_config"]["kwargs"],
                         success=bool(r.success),
-                        result=as_json.get("result") or {},
+                        result=result,
                     )
                 )
             return outcomes

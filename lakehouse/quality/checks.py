@@ -24,9 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
-from lakehouse import delta
 from lakehouse.join import layout as J
 from lakehouse.quality import _ledger
 from lakehouse.quality._gx import (
@@ -35,23 +34,14 @@ from lakehouse.quality._gx import (
     SuiteFile,
 )
 from lakehouse.quality._ledger import Accounting, Ledger
+from lakehouse.quality.frames import Frames
 from lakehouse.quality.pin import (
-    _ARRIVAL_BATCH,
-    _ARRIVED_AT,
-    _BATCH_ID,
-    _MATCHED,
     BuildMarker,
     Pinned,
-    accounting_frame,
-    malformed_dead_letters,
-    watermark_frame,
+    accounting_rows,
+    watermark_rows,
 )
-from lakehouse.quality.unmatched import REASON
 from lakehouse.time import WATERMARK_MAX, format_epoch_ms
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
 
 CheckName = Literal[
     "probe_ids_unique",
@@ -74,12 +64,6 @@ CHECKS: Final[Mapping[CheckName, str]] = MappingProxyType(
         "watermark_monotonic": "combined watermark never decreases",
     }
 )
-
-
-#: Computed by the report: how long a pending row has waited.
-_PENDING_AGE = "_pending_age_ms"
-#: Computed by the report: NULL for a matched output row, else the row and why it did not.
-_UNMATCHED = "_unmatched"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,21 +115,24 @@ class CheckResult:
 
 
 class Checks:
-    """Runs each check's suite on its asset and turns GX's outcome into a CheckResult."""
+    """Runs each check's suite on its asset and turns GX's outcome into a CheckResult.
+
+    ``output`` and ``pending`` are the two tables at the pinned versions, as frames of
+    ``frames``' engine; ``reasons`` is the unmatched-rows table written for this run."""
 
     def __init__(
         self,
         *,
-        spark: SparkSession,
+        frames: Frames,
         session: GxSession,
         suites: Mapping[CheckName, SuiteFile],
         pinned: Pinned,
-        output: DataFrame,
-        pending: DataFrame,
+        output: Any,
+        pending: Any,
         sample_rows: int,
         reasons: str,
     ) -> None:
-        self.spark = spark
+        self.frames = frames
         self.session = session
         self.suites = suites
         self.pinned = pinned
@@ -154,11 +141,9 @@ class Checks:
         self.sample_rows = sample_rows
         self.reasons = reasons
         # identify an output row in a failing sample: probe id, key, time, batch
-        self.row_ids = [*pinned.id_columns, _BATCH_ID]
+        self.row_ids = [*pinned.id_columns, J.BATCH_ID]
 
-    def _run(
-        self, name: CheckName, asset: str, df: DataFrame, **kw: Any
-    ) -> list[ExpectationOutcome]:
+    def _run(self, name: CheckName, asset: str, df: Any, **kw: Any) -> list[ExpectationOutcome]:
         return self.session.validate(
             self.suites[name],
             asset=asset,
@@ -182,20 +167,7 @@ class Checks:
 
     def probe_ids_unique(self) -> CheckResult:
         """Exactly once, part 1: no probe id twice over output UNION ALL pending."""
-        from pyspark.sql import functions as F
-
-        probe_id = self.pinned.id_columns[0]
-        ids = self.output.select(
-            F.col(probe_id).alias("probe_id"),
-            F.lit("output").alias("_table"),
-            F.col(_BATCH_ID).cast("bigint").alias("_batch_id"),
-        ).unionByName(
-            self.pending.select(
-                F.col(probe_id).alias("probe_id"),
-                F.lit("pending").alias("_table"),
-                F.col(_ARRIVAL_BATCH).cast("bigint").alias("_batch_id"),
-            )
-        )
+        ids = self.frames.probe_ids(self.output, self.pending, self.pinned.id_columns[0])
         outcomes = self._run(
             "probe_ids_unique", "probe_ids", ids, index_columns=["_table", "_batch_id"]
         )
@@ -204,66 +176,33 @@ class Checks:
     def probe_rows_accounted(self) -> CheckResult:
         """Exactly once, part 2: arrivals = released + dead-lettered + pending (metadata)."""
         p = self.pinned
-        malformed = (
-            malformed_dead_letters(self.spark, p.dead_letter_table, p.dead_letter_version, p.ledger)
-            if p.dead_letter_table
-            else None
-        )
+        malformed: dict[int, int] | None = None
+        if p.dead_letter_table:
+            malformed = (
+                self.frames.malformed_dead_letters(
+                    p.dead_letter_table, p.dead_letter_version, p.ledger
+                )
+                if p.dead_letter_version is not None and p.ledger.records
+                else {}
+            )
         accounting = _ledger.account(
-            p.ledger, pending_rows=self.pending.count(), malformed_by_batch=malformed
+            p.ledger, pending_rows=self.frames.count(self.pending), malformed_by_batch=malformed
         )
         outcomes = self._run(
-            "probe_rows_accounted", "accounting", accounting_frame(self.spark, accounting)
+            "probe_rows_accounted", "accounting", self.frames.rows(*accounting_rows(accounting))
         )
         return _accounted_result(self.suites["probe_rows_accounted"].path, outcomes, accounting)
-
-    def _with_reason(self, df: DataFrame, state: str) -> tuple[DataFrame, list[str]]:
-        """``df`` with the ``_reason`` of its unmatched/pending rows (NULL for the others),
-        joined by source position (unique per probe row; the table is deduplicated on it so
-        no row of ``df`` is repeated); unchanged when ``df`` has no position columns."""
-        from pyspark.sql import functions as F
-
-        from lakehouse.quality.unmatched import STATE
-
-        if not set(J.POSITION) <= set(df.columns):
-            return df, []
-        why = (
-            delta.read(self.spark, self.reasons)
-            .filter(F.col(STATE) == F.lit(state))
-            .select(*J.POSITION, REASON)
-            .dropDuplicates(list(J.POSITION))
-        )
-        return df.join(why, list(J.POSITION), "left"), [REASON]
 
     def output_matched(self) -> CheckResult:
         """Every output row matched. The column validated, ``_unmatched``, is NULL for a
         matched row and otherwise names the row and the reason it did not match, so the
         Data Docs' sample of unexpected values lists the failing rows with their reasons."""
-        from pyspark.sql import functions as F
-
-        output, reason = self._with_reason(self.output, "unmatched")
-        named = [
-            F.concat(F.lit(f"{c}="), F.coalesce(F.col(c).cast("string"), F.lit("NULL")))
-            for c in self.pinned.id_columns
-        ]
-        why = F.col(REASON) if reason else F.lit(None).cast("string")
-        output = output.withColumn(
-            _UNMATCHED,
-            F.when(F.coalesce(F.col(_MATCHED), F.lit(False)), F.lit(None).cast("string")).otherwise(
-                F.concat_ws(
-                    " ",
-                    *named,
-                    F.concat(F.lit("(batch "), F.col(_BATCH_ID).cast("string"), F.lit("):")),
-                    F.coalesce(why, F.lit("reason not recorded")),
-                )
-            ),
-        )
+        output, reason = self.frames.with_reason(self.output, self.reasons, "unmatched")
+        output = self.frames.with_unmatched(output, self.pinned.id_columns, bool(reason))
         outcomes = self._run(
             "output_matched", "output", output, index_columns=[*self.row_ids, *reason]
         )
-        late = 0
-        if J.RELEASED_BY in self.output.columns:
-            late = self.output.filter(F.col(J.RELEASED_BY) == F.lit(J.LATE)).count()
+        late = self.frames.released_late(self.output)
         return _matched_result(self.suites["output_matched"].path, outcomes, late=late)
 
     def proctime_build_version(self) -> CheckResult:
@@ -283,8 +222,6 @@ class Checks:
 
     def pending_age(self, *, max_pending_age_ms: int | None, now_ms: int) -> CheckResult:
         """No pending row arrived more than ``max_pending_age_ms`` before ``now_ms``."""
-        from pyspark.sql import functions as F
-
         if max_pending_age_ms is None:
             return CheckResult(
                 name="pending_age",
@@ -292,23 +229,20 @@ class Checks:
                 status="skipped",
                 message="skipped: no max_pending_age_ms given",
             )
-        aged, reason = self._with_reason(self.pending, "pending")
-        aged = aged.withColumn(
-            _PENDING_AGE, F.lit(now_ms).cast("bigint") - F.unix_millis(F.col(_ARRIVED_AT))
-        )
+        aged, reason = self.frames.with_reason(self.pending, self.reasons, "pending")
+        aged, oldest = self.frames.with_pending_age(aged, now_ms)
         outcomes = self._run(
             "pending_age",
             "pending",
             aged,
             parameters={"max_pending_age_ms": max_pending_age_ms},
-            index_columns=[*self.pinned.id_columns, _ARRIVED_AT, _ARRIVAL_BATCH, *reason],
+            index_columns=[*self.pinned.id_columns, J.ARRIVED_AT, J.ARRIVAL_BATCH, *reason],
         )
-        oldest = aged.agg(F.max(_PENDING_AGE)).first()
         return _age_result(
             self.suites["pending_age"].path,
             outcomes,
             max_pending_age_ms=max_pending_age_ms,
-            oldest_ms=None if oldest is None else oldest[0],
+            oldest_ms=oldest,
             now_ms=now_ms,
         )
 
@@ -317,7 +251,7 @@ class Checks:
         outcomes = self._run(
             "watermark_monotonic",
             "watermarks",
-            watermark_frame(self.spark, self.pinned.ledger),
+            self.frames.rows(*watermark_rows(self.pinned.ledger)),
             index_columns=["batch_id", "version", "combined", "previous_combined"],
         )
         return _monotonic_result(

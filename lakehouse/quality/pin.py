@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dimension import layout as L
@@ -21,7 +21,6 @@ from lakehouse.quality import _ledger
 from lakehouse.quality._ledger import Accounting, Ledger
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 
@@ -186,45 +185,8 @@ def build_marker(uri: str) -> BuildMarker:
     return BuildMarker(version, completed is not None, completed, marker, key)
 
 
-def empty_output(
-    spark: SparkSession, pending_schema: StructType, id_keys: Sequence[str]
-) -> DataFrame:
-    """An empty stand-in for an output table that does not exist (nothing released yet),
-    with the columns the checks read."""
-    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
-
-    fields = [pending_schema[c] for c in id_keys]
-    fields += [
-        StructField(_MATCHED, BooleanType(), True),
-        StructField(_BUILD_VERSION, LongType(), True),
-        StructField(_JOIN_MODE, StringType(), True),
-        StructField(_BATCH_ID, LongType(), True),
-    ]
-    return spark.createDataFrame([], StructType(fields))
-
-
-def malformed_dead_letters(
-    spark: SparkSession, uri: str | None, version: int | None, ledger: Ledger
-) -> dict[int, int]:
-    """Dead letters of the ledger's batches that never counted as arrived: rows of the
-    join's pipeline(s) whose ``_error_kind`` is not one of a probe row that had arrived
-    (``late``, ``expired``, or evicted by the pending bound)."""
-    if uri is None or version is None or not ledger.records:
-        return {}
-    from pyspark.sql import functions as F
-
-    pipelines = sorted({r.pipeline for r in ledger.records if r.pipeline})
-    batches = sorted({r.batch_id for r in ledger.records})
-    df = delta.read(spark, uri, version=version).filter(
-        F.col("_batch_id").isin(batches)
-        & ~F.col("_error_kind").isin("late", "expired", "pending_bound_age", "pending_bound_rows")
-    )
-    if pipelines:
-        df = df.filter(F.col("_pipeline").isin(pipelines))
-    return {int(r[0]): int(r[1]) for r in df.groupBy("_batch_id").count().collect()}
-
-
-def accounting_frame(spark: SparkSession, a: Accounting) -> DataFrame:
+def accounting_rows(a: Accounting) -> tuple[list[tuple[int, ...]], StructType]:
+    """The accounting as one row (the frame ``probe_rows_accounted`` validates)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     values = {
@@ -240,10 +202,12 @@ def accounting_frame(spark: SparkSession, a: Accounting) -> DataFrame:
         "batches": a.batches,
     }
     schema = StructType([StructField(k, LongType(), True) for k in values])
-    return spark.createDataFrame([tuple(values.values())], schema)
+    return [tuple(values.values())], schema
 
 
-def watermark_frame(spark: SparkSession, ledger: Ledger) -> DataFrame:
+def watermark_rows(ledger: Ledger) -> tuple[list[tuple[Any, ...]], StructType]:
+    """The combined watermark of each batch beside the previous one, with their order (the
+    frame ``watermark_monotonic`` validates)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     orders = _ledger.watermark_orders(r.combined for r in ledger.records)
@@ -275,7 +239,7 @@ def watermark_frame(spark: SparkSession, ledger: Ledger) -> DataFrame:
             StructField("build", StringType(), False),
         ]
     )
-    return spark.createDataFrame(rows, schema)
+    return rows, schema
 
 
 def require_columns(

@@ -1,7 +1,8 @@
 """The data-quality report of a temporal join's tables, validated with Great Expectations.
 
 A run reads the join's tables at one consistent pair of versions, validates them with the
-suites in ``expectations/`` (one JSON file per concern) on Spark, and writes to a report
+suites in ``expectations/`` (one JSON file per concern) on pandas or Spark
+(:mod:`lakehouse.quality.frames`: local tables need no JVM), and writes to a report
 directory:
 
 * ``data_docs/index.html``: Great Expectations Data Docs of the run's validations;
@@ -17,7 +18,8 @@ directory:
   ``output_matched`` and ``pending_age`` in the Data Docs, the console and ``summary.json``.
 
 The checks are in :mod:`lakehouse.quality.checks`; what a run reads, at which versions, in
-:mod:`lakehouse.quality.pin`.
+:mod:`lakehouse.quality.pin`; the two engines' frames in :mod:`lakehouse.quality.frames`
+(Spark) and :mod:`lakehouse.quality._pandas` (pandas).
 """
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from lakehouse import delta
 from lakehouse.dimension import layout as L
 from lakehouse.errors import ConfigError
 from lakehouse.quality._gx import (
@@ -50,16 +51,20 @@ from lakehouse.quality.checks import CheckName as CheckName
 from lakehouse.quality.checks import CheckResult as CheckResult
 from lakehouse.quality.checks import Checks
 from lakehouse.quality.checks import CheckStatus as CheckStatus
-from lakehouse.quality.pin import BuildMarker, empty_output, pin_tables
+from lakehouse.quality.frames import Engine, Frames, SparkFrames
+from lakehouse.quality.pin import BuildMarker, pin_tables
 from lakehouse.quality.pin import TableVersion as TableVersion
 from lakehouse.quality.unmatched import TABLE_NAME as UNMATCHED_TABLE
-from lakehouse.quality.unmatched import LastBatch, Unmatched, explain_rows
+from lakehouse.quality.unmatched import LastBatch, Unmatched
 from lakehouse.time import format_epoch_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakehouse.join.options import JoinOptions
+
+#: How :func:`run_quality_report` computes: an engine, or ``auto`` (:func:`choose_engine`).
+EngineChoice = Literal["auto", "pandas", "spark"]
 
 SUMMARY_FILE: Final = "summary.json"
 PLOT_FILE: Final = "watermarks.png"
@@ -114,7 +119,7 @@ class QualityReport:
 
 
 def run_quality_report(
-    spark: SparkSession,
+    spark: SparkSession | None,
     join: JoinOptions,
     *,
     report_dir: str | os.PathLike[str],
@@ -122,16 +127,20 @@ def run_quality_report(
     now_ms: int | None = None,
     sample_rows: int = 20,
     suites_dir: str | os.PathLike[str] | None = None,
+    engine: EngineChoice = "auto",
 ) -> QualityReport:
     """Validate a temporal join's output and pending tables and write the report.
 
-    Runs on the driver with the caller's SparkSession (no session is created or changed).
-    Reads the tables only; may run while the join pipeline runs (see the module docstring on
+    Computes on pandas (the tables read by delta-rs, no JVM) or on Spark, as ``engine``
+    says; both give the same report. On Spark it uses the caller's SparkSession (no session
+    is created or changed; with ``spark`` None, the active or a new one). Reads the tables
+    only; may run while the join pipeline runs (see the module docstring on
     consistency). A failing check is a result, not an exception: look at
     :attr:`QualityReport.success` (the CLI turns it into the exit code).
 
     Args:
-        spark: the active SparkSession.
+        spark: the session the Spark engine runs on; None: the active session, or a new one
+            when the report runs on Spark (the pandas engine starts none).
         join: the join's options; the report reads its tables and columns:
             ``output_table``; ``pending_table``, whose history is the per-batch ledger;
             ``build_table``, whose ``lakehouse.snapshot.*`` properties (latest version) drive
@@ -149,13 +158,16 @@ def run_quality_report(
         sample_rows: failing rows kept per expectation.
         suites_dir: directory of the suite files; default ``$LAKEHOUSE_EXPECTATIONS_DIR`` or
             the repository's ``expectations/``.
+        engine: ``pandas``, ``spark``, or ``auto``: pandas when every table is on this
+            machine's file system and delta-rs reads it, else Spark
+            (:func:`choose_engine`).
 
     Returns:
         The report; its files are written before it is returned.
 
     Raises:
-        ConfigError: an argument is invalid, or a named column is not in the tables (checked
-            before any Spark work).
+        ConfigError: an argument is invalid, a named column is not in the tables (checked
+            before any Spark work), or ``engine="pandas"`` for a table it cannot read.
         TableNotFoundError: there is no pending table at ``pending_table``.
         QualityError: Great Expectations failed (chained), or a suite file or the tables'
             commit metadata is unusable.
@@ -181,20 +193,20 @@ def run_quality_report(
         probe_time=probe_time,
     )
 
+    frames = _frames(spark, join, engine)
     # the two tables the checks scan are read once, at the pinned versions
-    pending = delta.read(spark, pending_table, version=pinned.pending_version).persist()
+    pending = frames.read(pending_table, pinned.pending_version)
     if pinned.output_version is not None:
-        output = delta.read(spark, output_table, version=pinned.output_version).persist()
+        output = frames.read(output_table, pinned.output_version)
     else:
-        output = empty_output(spark, pinned.pending_schema, pinned.id_columns)
+        output = frames.empty_output(pinned.pending_schema, pinned.id_columns)
     try:
         docs_dir = out_dir / DOCS_DIR
         if docs_dir.exists():
             shutil.rmtree(docs_dir)  # the site shows this run only
         out_dir.mkdir(parents=True, exist_ok=True)
         last = pinned.ledger.records[-1] if pinned.ledger.records else None
-        unmatched = explain_rows(
-            spark,
+        unmatched = frames.explain_rows(
             output=output,
             pending=pending,
             build_table=build_table,
@@ -215,8 +227,8 @@ def run_quality_report(
             examples=sample_rows,
         )
         checks = Checks(
-            spark=spark,
-            session=GxSession(docs_dir),
+            frames=frames,
+            session=GxSession(docs_dir, engine=frames.engine),
             suites=suites,
             pinned=pinned,
             output=output,
@@ -234,8 +246,7 @@ def run_quality_report(
         ]
         docs_index = checks.session.build_docs()
     finally:
-        pending.unpersist()
-        output.unpersist()
+        frames.release(pending, output)
 
     plot_path = plot_watermarks(
         pinned.ledger.records,
@@ -266,6 +277,77 @@ def run_quality_report(
     )
     _write_summary(report, pinned.build)
     return report
+
+
+# ------------------------------------------------------------------------------- engines
+
+
+def _tables(join: JoinOptions) -> dict[str, str]:
+    """The join's tables the report reads, by setting."""
+    tables = {
+        "join.output_table": join.output_table,
+        "join.pending_table": join.pending_table,
+        "join.build_table": join.build_table,
+    }
+    if join.dead_letter_table:
+        tables["join.dead_letter_table"] = join.dead_letter_table
+    return tables
+
+
+def unreadable_locally(join: JoinOptions) -> tuple[str, str] | None:
+    """The first of the join's tables the pandas engine cannot read, as (setting, why); None
+    when it reads them all. Reads table logs only (no Spark): a table on other storage than
+    this machine's file system, or one delta-rs cannot open."""
+    from lakehouse.delta.inspect import open_view
+    from lakehouse.storage import local_path
+
+    for setting, uri in _tables(join).items():
+        if local_path(uri) is None:
+            return setting, f"'{uri}' is not on this machine's file system"
+        if open_view(uri) is None:
+            return setting, f"delta-rs cannot open '{uri}'"
+    return None
+
+
+def choose_engine(join: JoinOptions, engine: EngineChoice = "auto") -> Engine:
+    """The engine a report of ``join`` runs on: ``engine``, or for ``auto`` pandas when every
+    table is local and delta-rs reads it, else Spark (object storage, a cluster's tables, a
+    protocol feature delta-rs lacks), as ``lakehouse sql`` chooses DuckDB or Spark.
+
+    Raises:
+        ConfigError: ``engine`` is not one of auto, pandas, spark; or pandas was asked for
+            and a table is out of its reach.
+    """
+    if engine not in ("auto", "pandas", "spark"):
+        raise ConfigError(
+            f"quality.engine (--engine) must be auto, pandas or spark, got {engine!r}",
+            setting="quality.engine",
+        )
+    if engine == "spark":
+        return "spark"
+    blocked = unreadable_locally(join)
+    if blocked is None:
+        return "pandas"
+    if engine == "auto":
+        return "spark"
+    setting, why = blocked
+    raise ConfigError(
+        f"quality.engine (--engine) pandas cannot read {setting}: {why}; use --engine spark "
+        "(or auto)",
+        setting="quality.engine",
+    )
+
+
+def _frames(spark: SparkSession | None, join: JoinOptions, engine: EngineChoice) -> Frames:
+    if choose_engine(join, engine) == "pandas":
+        from lakehouse.quality._pandas import PandasFrames
+
+        return PandasFrames()
+    if spark is None:
+        from lakehouse.spark import get_spark
+
+        spark = get_spark()
+    return SparkFrames(spark)
 
 
 # ------------------------------------------------------------------------------- arguments

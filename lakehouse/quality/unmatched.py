@@ -198,10 +198,10 @@ def _time_ms(df: DataFrame, probe_time: str | None, unit: TimeUnit) -> Column:
     return F.unix_millis(F.try_to_timestamp(value.cast("string")))
 
 
-def _nearest_read(versions: Sequence[int], read: Sequence[int]) -> dict[int, int]:
+def nearest_read(versions: Sequence[int], read: Sequence[int]) -> dict[int, int]:
     """Each version -> the smallest version read at or after it (``read`` holds the largest).
 
-    >>> _nearest_read([1, 3, 5, 9], [5, 9])
+    >>> nearest_read([1, 3, 5, 9], [5, 9])
     {1: 5, 3: 5, 5: 5, 9: 9}
     """
     ordered = sorted(read)
@@ -236,7 +236,7 @@ def _explain_unmatched(
             if all(k in df.columns for k in build_key):
                 builds[v] = df
     read = sorted(builds)
-    at = _nearest_read(versions, read) if read else {v: v for v in versions}
+    at = nearest_read(versions, read) if read else {v: v for v in versions}
     mapping = spark.createDataFrame(
         [(v, a) for v, a in at.items()],
         StructType([StructField("_v", LongType(), False), StructField(_AT, LongType(), False)]),

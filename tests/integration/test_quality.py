@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from helpers import lakehouse_command, raw_records, write_build_table
+from helpers import comparable_summary, lakehouse_command, raw_records, write_build_table
 from pyspark.sql import functions as F
 from reference import Version
 
@@ -54,9 +54,16 @@ def _probe(spark, rows, first_offset=0):
     )
 
 
+@pytest.fixture(scope="module", params=["spark", "pandas"])
+def engine(request) -> str:
+    """Each report of this module runs on both engines (``test_the_engines_write_the_same_
+    report`` compares them)."""
+    return request.param
+
+
 def _report(spark, opts: JoinOptions, report_dir: Path, **kw) -> QualityReport:
     """The report of the join ``opts`` describes; ``kw`` overrides a join option (such as
-    ``probe_time``) or an argument of the report."""
+    ``probe_time``) or an argument of the report (such as ``engine``)."""
     join = replace(
         opts, **{k: kw.pop(k) for k in list(kw) if k in JoinOptions.__dataclass_fields__}
     )
@@ -126,14 +133,15 @@ def _run(spark, opts: JoinOptions, report_dir: Path, **kw) -> Run:
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory) -> Path:
-    """One report directory that the healthy and then the defective report are written to."""
-    return tmp_path_factory.mktemp("report")
+def report_dir(engine, tmp_path_factory) -> Path:
+    """One report directory (per engine) that the healthy and then the defective report are
+    written to."""
+    return tmp_path_factory.mktemp(f"report-{engine}")
 
 
 @pytest.fixture(scope="module")
-def healthy(spark, rowtime, report_dir) -> Run:
-    return _run(spark, rowtime, report_dir)
+def healthy(spark, rowtime, report_dir, engine) -> Run:
+    return _run(spark, rowtime, report_dir, engine=engine)
 
 
 # ------------------------------------------------------------------------- passing cases
@@ -234,9 +242,8 @@ def test_data_docs_and_plot_are_written(healthy, report_dir):
 
 
 @pytest.fixture(scope="module")
-def defective(spark, rowtime, healthy, report_dir, tmp_path_factory) -> Run:
-    """A copy of the healthy tables with injected defects the join itself cannot produce,
-    reported ten minutes later into the healthy report's directory (a second run there).
+def defective_tables(spark, rowtime, tmp_path_factory) -> JoinOptions:
+    """A copy of the healthy tables with injected defects the join itself cannot produce.
 
     * output: batch 1's rows appended a second time with the same batch id, as a replay that
       skipped the idempotence check would write them (id 3 twice);
@@ -274,7 +281,14 @@ def defective(spark, rowtime, healthy, report_dir, tmp_path_factory) -> Run:
             "lakehouse.deadLettered": 0,
         },
     )
-    return _run(spark, opts, report_dir, now_ms=T0 + 12 * MINUTE)
+    return opts
+
+
+@pytest.fixture(scope="module")
+def defective(spark, defective_tables, healthy, report_dir, engine) -> Run:
+    """The defective tables reported ten minutes later into the healthy report's directory
+    (a second run there)."""
+    return _run(spark, defective_tables, report_dir, now_ms=T0 + 12 * MINUTE, engine=engine)
 
 
 def test_replayed_batch_written_twice_fails_uniqueness(defective):
@@ -365,8 +379,8 @@ def proctime(spark, tmp_path_factory) -> JoinOptions:
     return opts
 
 
-def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_path):
-    report = _report(spark, proctime, tmp_path, probe_time=None)
+def test_processing_time_join_after_the_snapshot_passes(spark, proctime, engine, tmp_path):
+    report = _report(spark, proctime, tmp_path, probe_time=None, engine=engine)
     proc = report.check("proctime_build_version")
     completed = int(
         delta.get_properties(proctime.build_table)["lakehouse.snapshot.completedVersion"]
@@ -388,11 +402,15 @@ def test_processing_time_join_after_the_snapshot_passes(spark, proctime, tmp_pat
     assert {n for n, s in _statuses(report).items() if s == "failed"} == {"output_matched"}
 
 
-def test_processing_time_rows_without_a_marker_fail(spark, proctime, tmp_path):
-    # runs after the passing case: the marker is taken back, so no processing-time row may
-    # exist at all
-    delta.set_properties(proctime.build_table, {"lakehouse.snapshot.complete": "false"})
-    report = _report(spark, proctime, tmp_path, probe_time=None, max_pending_age_ms=None)
+def test_processing_time_rows_without_a_marker_fail(spark, proctime, engine, tmp_path):
+    # a copy whose marker is taken back: no processing-time row may exist at all
+    copy = _copy_tables(Path(proctime.output_table).parent, tmp_path / "tables")
+    tables = ("build_table", "output_table", "pending_table", "dead_letter_table")
+    opts = replace(proctime, **{k: getattr(copy, k) for k in tables})
+    delta.set_properties(opts.build_table, {"lakehouse.snapshot.complete": "false"})
+    report = _report(
+        spark, opts, tmp_path / "report", probe_time=None, max_pending_age_ms=None, engine=engine
+    )
     proc = report.check("proctime_build_version")
     assert proc.status == "failed"
     assert (proc.observed["joined_before_snapshot"], proc.observed["completed_version"]) == (
@@ -453,3 +471,30 @@ def test_the_quality_command_exits_1_on_a_failed_check_0_on_success_2_on_misuse(
     misuse = _quality_command(broken, opts, "--max-pending-age-ms", "soon")
     assert misuse.returncode == 2
     assert "Traceback" not in misuse.stderr
+
+
+# ------------------------------------------------------------------------- the two engines
+
+
+def test_the_engines_write_the_same_report(spark, defective_tables, tmp_path):
+    """The differential proof of the pandas engine: on tables where every check has
+    something to say (a duplicate, a lost row, a row joined before the snapshot, an old
+    pending row, a decreasing watermark), both engines write the same summary, the same
+    unmatched-rows table and a Data Docs page per suite."""
+    runs = {
+        e: _run(spark, defective_tables, tmp_path / e, now_ms=T0 + 12 * MINUTE, engine=e)
+        for e in ("spark", "pandas")
+    }
+    summaries = {
+        e: comparable_summary(run.report.summary_path, tmp_path / e) for e, run in runs.items()
+    }
+    assert summaries["pandas"] == summaries["spark"]
+    tables = {e: runs[e].report.unmatched.uri for e in runs}
+    rows = {e: sorted(map(str, delta.read(spark, uri).collect())) for e, uri in tables.items()}
+    assert rows["pandas"] == rows["spark"]
+    schemas = {e: delta.table_schema(uri) for e, uri in tables.items()}
+    assert [(f.name, f.dataType) for f in schemas["pandas"]] == [
+        (f.name, f.dataType) for f in schemas["spark"]
+    ]
+    assert delta.get_properties(tables["pandas"])["lakehouse.tableKind"] == "unmatched"
+    assert [p for p in runs["pandas"].files if "validations" in p and p.endswith(".html")]

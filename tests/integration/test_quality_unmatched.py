@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import lakehouse_command, raw_records, write_build_table
+from helpers import comparable_summary, lakehouse_command, raw_records, write_build_table
 from reference import Version
 
 from lakehouse import delta
@@ -68,9 +68,15 @@ def join(spark, tmp_path_factory) -> JoinOptions:
     return opts
 
 
-@pytest.fixture(scope="module")
-def report(spark, join, tmp_path_factory) -> QualityReport:
-    return run_quality_report(spark, join, report_dir=tmp_path_factory.mktemp("report"), now_ms=T0)
+@pytest.fixture(scope="module", params=["spark", "pandas"])
+def report(spark, join, tmp_path_factory, request) -> QualityReport:
+    return run_quality_report(
+        spark,
+        join,
+        report_dir=tmp_path_factory.mktemp(f"report-{request.param}"),
+        now_ms=T0,
+        engine=request.param,
+    )
 
 
 def test_every_unmatched_and_pending_row_has_its_reason(spark, report, join):
@@ -157,7 +163,25 @@ def test_the_table_is_queryable_with_lakehouse_sql(report, join, tmp_path):
         assert reason in done.stdout
 
 
-def test_a_report_without_unmatched_rows_writes_an_empty_table(spark, tmp_path):
+def test_the_engines_explain_every_row_alike(spark, join, tmp_path):
+    """The differential proof of the pandas engine's explanations: every reason (a key
+    never there, before its first version, deleted, truncated, waiting for either
+    watermark), one row explained at the version it was joined at, not the latest."""
+    reports = {
+        e: run_quality_report(spark, join, report_dir=tmp_path / e, now_ms=T0, engine=e)
+        for e in ("spark", "pandas")
+    }
+    summaries = {e: comparable_summary(r.summary_path, tmp_path / e) for e, r in reports.items()}
+    assert summaries["pandas"] == summaries["spark"]
+    rows = {
+        e: sorted(map(str, delta.read(spark, r.unmatched.uri).collect()))
+        for e, r in reports.items()
+    }
+    assert rows["pandas"] == rows["spark"]
+
+
+@pytest.mark.parametrize("engine", ["spark", "pandas"])
+def test_a_report_without_unmatched_rows_writes_an_empty_table(spark, tmp_path, engine):
     root = tmp_path
     opts = JoinOptions(
         build_table=str(root / "build"),
@@ -175,7 +199,7 @@ def test_a_report_without_unmatched_rows_writes_an_empty_table(spark, tmp_path):
     TemporalJoin(opts, clock=ManualClock(T0), num_buckets=2).process(
         raw_records(spark, [{"id": 1, "k": "a", "ts": 5}, {"id": 2, "k": "a", "ts": 6}]), 0
     )
-    report = run_quality_report(spark, opts, report_dir=root / "report")
+    report = run_quality_report(spark, opts, report_dir=root / "report", engine=engine)
     assert (report.unmatched.rows, dict(report.unmatched.by_reason)) == (0, {})
     assert delta.row_count(report.unmatched.uri) == 0
     assert Path(report.unmatched.uri).name == "unmatched_rows"

@@ -155,7 +155,9 @@ def test_ingest_joins_and_report_on_a_cluster_survive_a_worker_killed_mid_batch(
             cwd=tmp_path,
         )
         assert proctime.returncode == 0, proctime.stderr[-3000:]
-        quality = installed_wheel.run(["lakehouse", "quality", "-c", str(cfg)], cwd=tmp_path)
+        quality = installed_wheel.run(
+            ["lakehouse", "quality", "-c", str(cfg), "--engine", "spark"], cwd=tmp_path
+        )
         assert quality.returncode == 0, quality.stderr[-3000:] + quality.stdout[-3000:]
     summary = json.loads((tmp_path / "quality" / "summary.json").read_text())
     assert summary["success"], summary["failed_checks"]

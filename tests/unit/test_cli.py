@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lakehouse.cli import main
@@ -128,3 +130,36 @@ def test_version_prints_the_version_and_exits_0(capsys):
 
     code, out = _run(["--version"], capsys)
     assert code == 0 and out.out.strip() == f"lakehouse {__version__}"
+
+
+def _quality_config(tmp_path: Path, output_table: str) -> Path:
+    cfg = tmp_path / "lakehouse.toml"
+    cfg.write_text(
+        '[join]\npipeline_id = "p"\nsource = "files"\npath = "probe"\ncheckpoint = "ck"\n'
+        'probe_schema = "id bigint, k string"\nprobe_key = ["k"]\nprobe_id = "id"\n'
+        'mode = "proctime"\nbuild_table = "rates"\n'
+        f'output_table = "{output_table}"\npending_table = "pending"\n'
+        'dead_letter_table = "dlq"\n'
+    )
+    return cfg
+
+
+def test_quality_on_pandas_refuses_a_table_on_object_storage_in_one_line(capsys, tmp_path):
+    (tmp_path / "probe").mkdir()
+    cfg = _quality_config(tmp_path, "s3a://lake/out")
+    code, out = _run(["quality", "-c", str(cfg), "--engine", "pandas"], capsys)
+    said = " ".join(out.err.split())
+    assert code == 2, out.err
+    assert (
+        "quality.engine (--engine) pandas cannot read join.output_table: 's3a://lake/out' is "
+        "not on this machine's file system; use --engine spark (or auto)"
+    ) in said
+    assert "Traceback" not in out.err
+
+
+def test_quality_names_the_engines_it_has(capsys, tmp_path):
+    cfg = _quality_config(tmp_path, "out")
+    code, out = _run(["quality", "-c", str(cfg), "--engine", "duckdb"], capsys)
+    assert code == 2
+    assert "'duckdb' is not one of 'auto', 'pandas', 'spark'" in " ".join(out.err.split())
+    assert "Traceback" not in out.err

@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
         "table_kinds",
         "time",
     },
-    "quality": {"delta", "dimension", "errors", "join", "table_kinds", "time", "spark"},
+    "quality": {"delta", "dimension", "errors", "join", "storage", "table_kinds", "time", "spark"},
     "maintenance": {"delta", "dimension", "errors", "failpoints", "join", "table_kinds", "time"},
 }
 
