@@ -231,6 +231,8 @@ class PandasFrames:
     def with_unmatched(
         self, output: pd.DataFrame, id_columns: Sequence[str], reason: bool
     ) -> pd.DataFrame:
+        import pandas as pd
+
         matched = output[J.MATCHED].fillna(False).astype(bool)
         texts: list[str | None] = []
         columns = [output[c].tolist() for c in id_columns]
@@ -247,10 +249,10 @@ class PandasFrames:
             why = reasons[i] if isinstance(reasons[i], str) else "reason not recorded"
             batch = spark_string(batches[i])
             # concat_ws skips a NULL part, as Spark's does for a NULL batch id
-            parts = [*named, *([f"(batch {batch}):"] if batch is not None else []), why]
-            texts.append(" ".join(parts))
-        out = output.assign(**{UNMATCHED: texts})
-        out[UNMATCHED] = out[UNMATCHED].astype(object)
+            parts: list[str] = [*named, *([f"(batch {batch}):"] if batch is not None else [])]
+            texts.append(" ".join([*parts, str(why)]))
+        out = output.copy()
+        out[UNMATCHED] = pd.Series(texts, index=output.index, dtype=object)
         return out
 
     def released_late(self, output: pd.DataFrame) -> int:
@@ -274,7 +276,7 @@ class PandasFrames:
         if pipelines:
             keep &= df["_pipeline"].isin(pipelines)
         counts = df[keep.fillna(False).astype(bool)]["_batch_id"].value_counts()
-        return {int(k): int(v) for k, v in counts.items()}
+        return {int(str(k)): int(v) for k, v in counts.items()}
 
     def explain_rows(
         self,
@@ -380,6 +382,7 @@ def _build_changes(
         start = pc.cast(pc.cast(table.column(L.EVENT_TIME), pa.timestamp("us")), pa.int64())
         seq = pc.cast(table.column(L.SEQ), pa.string()).to_pylist()
         ops = table.column(L.OP).to_pylist()
+        pos: list[str | None]
         if has_pos:
             topics, parts, offsets = (table.column(c).to_pylist() for c in kafka)
             pos = [
@@ -540,7 +543,7 @@ def _explain_rows(
     if any(written.metadata().configuration.get(k) != v for k, v in kind.items()):
         written.alter.set_table_properties(kind, raise_if_not_exists=False)
 
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[Any, Any], int] = {}
     for state, reason in zip(clean[STATE], clean[REASON], strict=True):
         counts[(state, reason)] = counts.get((state, reason), 0) + 1
     by_reason = {reason: n for (_, reason), n in counts.items()}  # a reason has one state

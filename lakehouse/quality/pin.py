@@ -185,7 +185,7 @@ def build_marker(uri: str) -> BuildMarker:
     return BuildMarker(version, completed is not None, completed, marker, key)
 
 
-def accounting_rows(a: Accounting) -> tuple[list[tuple[int, ...]], StructType]:
+def accounting_rows(a: Accounting) -> tuple[list[tuple[int | None, ...]], StructType]:
     """The accounting as one row (the frame ``probe_rows_accounted`` validates)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
@@ -211,7 +211,7 @@ def watermark_rows(ledger: Ledger) -> tuple[list[tuple[Any, ...]], StructType]:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     orders = _ledger.watermark_orders(r.combined for r in ledger.records)
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     previous = None
     for r in ledger.records:
         rows.append(
