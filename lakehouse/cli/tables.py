@@ -18,6 +18,7 @@ from lakehouse.cli._shared import (
 )
 from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
+from lakehouse.dimension.scd import backquoted, dimension_views
 from lakehouse.errors import ConfigError, UnsupportedTableError
 from lakehouse.join import layout as J
 from lakehouse.table_kinds import TableKind, describe, kind_of
@@ -193,7 +194,8 @@ def sql(
         ),
     ] = "auto",
 ) -> None:
-    """Run a read-only SQL query over the project's Delta tables (registered as views)."""
+    """Run a read-only SQL query over the project's Delta tables (registered as views; each
+    build table also as <table>_scd2 and <table>_current)."""
     from lakehouse import delta
     from lakehouse.config import load_settings
 
@@ -259,7 +261,9 @@ def sql(
         engine == "auto" and all(local_path(uri) is not None for uri in views.values())
     ):
         try:
-            found = run_local(query, views, versions=versions, limit=limit)
+            found = run_local(
+                query, views, versions=versions, limit=limit, derived=dimension_views(views)
+            )
         except UnsupportedTableError as e:
             if engine == "duckdb":
                 raise
@@ -271,6 +275,8 @@ def sql(
     for name, location in views.items():
         if delta.table_exists(location):
             delta.read(spark, location, version=versions.get(name)).createOrReplaceTempView(name)
+    for name, view in dimension_views(views, quote=backquoted).items():
+        spark.sql(view).createOrReplaceTempView(name)
     # only the registered tables: no `SELECT ... FROM parquet.`/any/path``
     spark.conf.set("spark.sql.runSQLOnFiles", "false")
     try:

@@ -41,10 +41,12 @@ def query(
     *,
     versions: Mapping[str, int] | None = None,
     limit: int = 50,
+    derived: Mapping[str, str] | None = None,
 ) -> QueryResult:
     """Run one read-only query over ``tables`` (view name -> location), each at its version in
     ``versions`` or its latest. A location without a table yet is left out (as the Spark path
-    does).
+    does). ``derived``: further views (name -> query over the tables, DuckDB's SQL), created
+    in order after the tables.
 
     Raises:
         ConfigError: the query is not one read-only statement, or DuckDB refused it (unknown
@@ -71,6 +73,8 @@ def query(
             dataset = _dataset(uri, (versions or {}).get(name))
             if dataset is not None:
                 con.register(name, dataset)
+        for name, view in (derived or {}).items():
+            con.execute(f'CREATE VIEW "{name}" AS {view}')
         try:
             relation = con.sql(sql)
             if relation is None:  # EXPLAIN of nothing, or a statement without a result

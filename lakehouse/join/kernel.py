@@ -71,7 +71,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -79,9 +79,8 @@ import pandas as pd
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    ArrayLike = np.ndarray | pa.Array | pa.ChunkedArray
-else:
-    ArrayLike = Any
+#: What the kernel takes as a column: a NumPy array or an Arrow (chunked) array.
+ArrayLike: TypeAlias = "np.ndarray | pa.Array | pa.ChunkedArray"
 
 #: Probe time meaning "now": processing-time lookups ask for the latest version.
 LATEST = np.iinfo(np.int64).max

@@ -6,11 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import write_build_table
+from reference import Version
 from typer.testing import CliRunner
 
 from lakehouse import delta
 from lakehouse.cli import app
 from lakehouse.delta.query import query
+from lakehouse.dimension.scd import backquoted, dimension_views
 from lakehouse.errors import ConfigError
 
 pytestmark = pytest.mark.spark
@@ -84,3 +87,48 @@ def test_the_command_answers_without_spark_and_names_an_unknown_table(rates):
     selec = CliRunner().invoke(app, ["sql", "--table", f"rates={rates}", "SELEC * FROM rates"])
     assert isinstance(selec.exception, ConfigError)
     assert str(selec.exception) == "'selec' starts no SQL statement; did you mean SELECT?"
+
+
+def test_the_dimension_views_answer_alike_on_both_engines(spark, tmp_path):
+    """A build table's SCD type 2 and current-state views (``prices_scd2``,
+    ``prices_current``), as ``lakehouse sql`` registers them: DuckDB's answer is Spark's,
+    and a version valid at a time is the join's (equal times in source order, a delete and a
+    truncate end versions)."""
+    uri = str(tmp_path / "prices")
+    history = [
+        Version("a", 10, "1", "r", 1),
+        Version("a", 10, "2", "u", 2),  # same time, later in the source
+        Version("b", 20, "3", "r", 3),
+        Version("a", 30, "4", "d", None),
+        Version(None, 40, "5", "t", None),  # ends b
+        Version("c", 50, "6", "c", 4),
+        Version("a", 60, "7", "c", 5),
+    ]
+    write_build_table(spark, uri, history)
+    tables = {"prices": uri}
+    scd2 = (
+        "SELECT k, value, epoch_ms(valid_from) AS f, epoch_ms(valid_to) AS t, is_current "
+        "FROM prices_scd2 ORDER BY k, _seq"
+    )
+    current = "SELECT k, value FROM prices_current ORDER BY k"
+    duck = [query(sql, tables, derived=dimension_views(tables)).rows for sql in (scd2, current)]
+    assert duck == [
+        [
+            ("a", 1, 10, 10, False),
+            ("a", 2, 10, 30, False),
+            ("a", 5, 60, None, True),
+            ("b", 3, 20, 40, False),
+            ("c", 4, 50, None, True),
+        ],
+        [("a", 5), ("c", 4)],
+    ]
+    delta.read(spark, uri).createOrReplaceTempView("prices")
+    for name, view in dimension_views(tables, quote=backquoted).items():
+        spark.sql(view).createOrReplaceTempView(name)
+    on_spark = [
+        [tuple(r) for r in spark.sql(sql.replace("epoch_ms", "unix_millis")).collect()]
+        for sql in (scd2, current)
+    ]
+    for name in ("prices", "prices_scd2", "prices_current"):
+        spark.catalog.dropTempView(name)
+    assert on_spark == duck
