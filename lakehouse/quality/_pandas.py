@@ -278,34 +278,8 @@ class PandasFrames:
         counts = df[keep.fillna(False).astype(bool)]["_batch_id"].value_counts()
         return {int(str(k)): int(v) for k, v in counts.items()}
 
-    def explain_rows(
-        self,
-        *,
-        output: pd.DataFrame,
-        pending: pd.DataFrame,
-        build_table: str,
-        build_key: Sequence[str],
-        probe_id: str,
-        probe_key: Sequence[str],
-        probe_time: str | None,
-        probe_time_unit: TimeUnit,
-        last_batch: LastBatch | None,
-        uri: str,
-        examples: int,
-    ) -> Unmatched:
-        return _explain_rows(
-            output=output,
-            pending=pending,
-            build_table=build_table,
-            build_key=list(build_key),
-            probe_id=probe_id,
-            probe_key=list(probe_key),
-            probe_time=probe_time,
-            probe_time_unit=probe_time_unit,
-            last_batch=last_batch,
-            uri=uri,
-            examples=examples,
-        )
+    def explain_rows(self, **kw: Any) -> Unmatched:
+        return _explain_rows(**kw)
 
     def release(self, *frames: Any) -> None:
         pass  # nothing is cached
@@ -353,7 +327,7 @@ def _key_strings(table: pa.Table, columns: Sequence[str]) -> list[tuple[str | No
 
 
 def _build_changes(
-    build_table: str, versions: Sequence[int], build_key: list[str]
+    build_table: str, versions: Sequence[int], build_key: Sequence[str]
 ) -> tuple[dict[int, dict[tuple[str | None, ...], list[Change]]], dict[int, list[Change]]]:
     """Per build version read (the newest :data:`MAX_VERSIONS_READ` that are readable and
     have the key columns): each key's changes, and the version's truncates."""
@@ -425,9 +399,9 @@ def _explain_rows(
     output: pd.DataFrame,
     pending: pd.DataFrame,
     build_table: str,
-    build_key: list[str],
+    build_key: Sequence[str],
     probe_id: str,
-    probe_key: list[str],
+    probe_key: Sequence[str],
     probe_time: str | None,
     probe_time_unit: TimeUnit,
     last_batch: LastBatch | None,
