@@ -1,6 +1,6 @@
 """A real quality report's Data Docs render in a browser that cannot reach the network.
 
-The report is ``test_quality``'s healthy one (its fixtures, the session's Spark). Its
+The report is ``test_quality``'s healthy one (its fixtures: one per engine, Spark and pandas). Its
 ``data_docs/`` is moved elsewhere (the site must be self-contained), then opened from
 ``file://`` in headless Chromium with every host name unresolvable and a dead proxy. The DOM
 after the pages' scripts ran must hold what only jQuery + bootstrap-table (+ its filter-control
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from test_quality import healthy, report_dir, rowtime  # noqa: F401  (the report's fixtures)
+from test_quality import engine, healthy, report_dir, rowtime  # noqa: F401  (the report's fixtures)
 
 pytestmark = pytest.mark.spark
 
@@ -77,9 +77,10 @@ def _pixels_near(image: np.ndarray, colour: tuple[int, int, int], tolerance: int
 
 
 @pytest.fixture(scope="module")
-def site(request, tmp_path_factory) -> Path:
-    """The healthy report's Data Docs, moved away from where they were written."""
-    report = request.getfixturevalue("healthy").report
+def site(healthy, tmp_path_factory) -> Path:  # noqa: F811  (the fixture imported above)
+    """The healthy report's Data Docs (each engine's), moved away from where they were
+    written."""
+    report = healthy.report
     moved = tmp_path_factory.mktemp("moved") / "docs"
     shutil.copytree(report.data_docs_path.parent, moved)
     return moved
