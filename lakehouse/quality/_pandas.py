@@ -28,6 +28,7 @@ from lakehouse.quality.frames import (
     UNMATCHED,
     Engine,
     malformed_filter_batches,
+    output_stand_in_schema,
 )
 from lakehouse.quality.unmatched import (
     DETAIL,
@@ -46,6 +47,7 @@ from lakehouse.time import WATERMARK_MIN, Watermark
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
 
     from lakehouse.quality._ledger import Ledger
@@ -56,25 +58,41 @@ _ARROW_SCHEMA = "lakehouse.arrow_schema"
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def read_arrow(uri: str, version: int | None, columns: Sequence[str] | None = None) -> pa.Table:
-    """The table at ``version`` (latest when None) as an Arrow table, through delta-rs.
+def open_table(uri: str, version: int | None) -> DeltaTable:
+    """The table's log at ``version`` (latest when None), through delta-rs.
 
     Raises:
         TableNotFoundError: no table there, or no such version.
-        UnsupportedTableError: delta-rs cannot read it (a protocol feature it lacks).
     """
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(uri):
         raise TableNotFoundError.at(uri)
     try:
-        table = DeltaTable(uri, version=version)
+        return DeltaTable(uri, version=version)
     except Exception as e:
         raise TableNotFoundError(
             f"Delta table '{uri}' has no version {version}: {_first_line(e)}", table_uri=uri
         ) from e
+
+
+def read_arrow(
+    uri: str,
+    version: int | None,
+    columns: Sequence[str] | None = None,
+    *,
+    table: DeltaTable | None = None,
+) -> pa.Table:
+    """The table at ``version`` (latest when None) as an Arrow table, through delta-rs;
+    ``table``: its log, when the caller has opened it already (:func:`open_table`).
+
+    Raises:
+        TableNotFoundError: no table there, or no such version.
+        UnsupportedTableError: delta-rs cannot read it (a protocol feature it lacks).
+    """
+    opened = table if table is not None else open_table(uri, version)
     try:
-        return table.to_pyarrow_table(columns=list(columns) if columns is not None else None)
+        return opened.to_pyarrow_table(columns=list(columns) if columns is not None else None)
     except Exception as e:
         raise UnsupportedTableError(
             f"delta-rs cannot read table '{uri}' at version {version}: {_first_line(e)}; "
@@ -160,24 +178,11 @@ class PandasFrames:
     def empty_output(self, pending_schema: StructType, id_columns: Sequence[str]) -> pd.DataFrame:
         import pyarrow as pa
         from deltalake import Schema
-        from pyspark.sql.types import BooleanType, LongType, StringType, StructField
-        from pyspark.sql.types import StructType as SparkStruct
 
-        spark_schema = SparkStruct(
-            [pending_schema[c] for c in id_columns]
-            + [
-                StructField(J.MATCHED, BooleanType(), True),
-                StructField(J.BUILD_VERSION, LongType(), True),
-                StructField(J.JOIN_MODE, StringType(), True),
-                StructField(J.BATCH_ID, LongType(), True),
-            ]
-        )
+        spark_schema = output_stand_in_schema(pending_schema, id_columns)
         # Delta's schema JSON is Spark's: delta-rs gives the Arrow types it reads them as
         schema = pa.schema(Schema.from_json(spark_schema.json()).to_arrow())
         return to_pandas(schema.empty_table())
-
-    def columns(self, df: pd.DataFrame) -> list[str]:
-        return [str(c) for c in df.columns]
 
     def count(self, df: pd.DataFrame) -> int:
         return len(df)
@@ -343,14 +348,14 @@ def _build_changes(
         if len(changes) == MAX_VERSIONS_READ:
             break
         try:
-            names = {f.name for f in DeltaTable(build_table, version=v).schema().fields}
+            log = open_table(build_table, v)
+            names = {f.name for f in log.schema().fields}
             if not set(build_key) <= names:
                 continue
             kafka = [L.KAFKA_TOPIC, L.KAFKA_PARTITION, L.KAFKA_OFFSET]
             has_pos = set(kafka) <= names
-            table = read_arrow(
-                build_table, v, [*build_key, L.OP, L.EVENT_TIME, L.SEQ, *(kafka if has_pos else [])]
-            )
+            wanted = [*build_key, L.OP, L.EVENT_TIME, L.SEQ, *(kafka if has_pos else [])]
+            table = read_arrow(build_table, v, wanted, table=log)
         except (TableNotFoundError, UnsupportedTableError):
             continue  # vacuumed or unreadable: the next version read explains its rows
         start = pc.cast(pc.cast(table.column(L.EVENT_TIME), pa.timestamp("us")), pa.int64())

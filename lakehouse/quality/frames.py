@@ -12,8 +12,9 @@ implement it:
   after a Spark start.
 
 Both engines produce the same columns with the same values (a probe row's string form, its
-age, its reason), so the same suites give the same summary: ``tests/integration/
-test_quality_engines.py`` runs both on the same tables and compares.
+age, its reason), so the same suites give the same summary. Two tests run both on the same
+tables and compare: ``test_the_engines_write_the_same_report`` (``test_quality.py``) and
+``test_the_engines_explain_every_row_alike`` (``test_quality_unmatched.py``).
 """
 
 from __future__ import annotations
@@ -58,8 +59,6 @@ class Frames(Protocol):
         """An empty stand-in for an output table that does not exist yet, with the columns
         the checks read."""
         ...
-
-    def columns(self, df: Any) -> list[str]: ...
 
     def count(self, df: Any) -> int: ...
 
@@ -117,6 +116,22 @@ class Frames(Protocol):
         ...
 
 
+def output_stand_in_schema(pending_schema: StructType, id_columns: Sequence[str]) -> StructType:
+    """The columns of :meth:`Frames.empty_output`: the probe's id columns (typed as in the
+    pending table) and the join lineage the checks read."""
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+    return StructType(
+        [pending_schema[c] for c in id_columns]
+        + [
+            StructField(J.MATCHED, BooleanType(), True),
+            StructField(J.BUILD_VERSION, LongType(), True),
+            StructField(J.JOIN_MODE, StringType(), True),
+            StructField(J.BATCH_ID, LongType(), True),
+        ]
+    )
+
+
 def malformed_filter_batches(ledger: Ledger) -> tuple[list[str], list[int]]:
     """The pipelines and batches whose dead letters the accounting looks at."""
     pipelines = sorted({r.pipeline for r in ledger.records if r.pipeline})
@@ -137,19 +152,7 @@ class SparkFrames:
         return delta.read(self.spark, uri, version=version).persist()
 
     def empty_output(self, pending_schema: StructType, id_columns: Sequence[str]) -> DataFrame:
-        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
-
-        fields = [pending_schema[c] for c in id_columns]
-        fields += [
-            StructField(J.MATCHED, BooleanType(), True),
-            StructField(J.BUILD_VERSION, LongType(), True),
-            StructField(J.JOIN_MODE, StringType(), True),
-            StructField(J.BATCH_ID, LongType(), True),
-        ]
-        return self.spark.createDataFrame([], StructType(fields))
-
-    def columns(self, df: DataFrame) -> list[str]:
-        return list(df.columns)
+        return self.spark.createDataFrame([], output_stand_in_schema(pending_schema, id_columns))
 
     def count(self, df: DataFrame) -> int:
         return int(df.count())
