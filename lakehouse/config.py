@@ -54,15 +54,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lakehouse.errors import ConfigError
-from lakehouse.join.options import (  # the join's choices, declared once
-    ExpiryPolicy,
-    JoinMode,
-    JoinType,
-    LatePolicy,
-    PendingBoundPolicy,
-    TimeUnit,
-    WatermarkKind,
-)
+from lakehouse.join.options import JoinOptions  # the join's settings, declared once
 
 ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
@@ -245,92 +237,10 @@ class IngestConfig(StreamConfig):
         return v
 
 
-class JoinConfig(StreamConfig):
-    """The temporal join (see :class:`lakehouse.join.JoinOptions` for each setting)."""
-
-    probe_schema: str
-    """DDL of the probe records' JSON, e.g. `"order_id bigint, currency string, order_ts
-    timestamp"`.
-    """
-    probe_key: list[str]
-    """Probe columns matching the build key, in key order."""
-    probe_time: str | None = None
-    """Probe event-time column (timestamp, or an epoch number in `probe_time_unit`); required
-    for `rowtime`.
-    """
-    probe_id: str | None = None
-    """Probe row id column (used by the quality report)."""
-    build_key: list[str] = Field(default_factory=list)
-    """Build key columns, paired with `probe_key`; default the build table's
-    `lakehouse.primaryKey`.
-    """
-    build_table: str
-    """The versioned build table the ingest writes."""
-    output_table: str
-    """Where joined rows are appended."""
-    pending_table: str
-    """Probe rows still waiting (rewritten when it changes)."""
-    dead_letter_table: str
-    """Malformed probe records, and the rows the late, expiry and pending-bound policies reject."""
-    mode: JoinMode = "rowtime"
-    """`rowtime` joins each row as of its own time; `proctime` joins the latest version, only
-    once the snapshot is complete.
-    """
-    join_type: JoinType = "inner"
-    """`inner` emits matched rows only; `left` every released row (`_matched = false` and NULL
-    build columns when nothing matched).
-    """
-    watermark: WatermarkKind | None = None
-    """The probe's watermark: `bounded`, `ascending` or `none`; default `bounded` for `rowtime`
-    and `none` for `proctime` (FLIP-326: the probe side gives no event-time watermark unless
-    one is set, so every row is released once the snapshot is complete).
-    """
-    out_of_orderness_ms: int = Field(default=0, ge=0)
-    """Probe lateness the `bounded` watermark allows."""
-    late_policy: LatePolicy = "join"
-    """A row already behind the watermark when it arrives: `join` it (released at once,
-    `_released_by = 'late'`) or `dead-letter` it.
-    """
-    build_idle_timeout_ms: int | None = Field(default=None, gt=0)
-    """A build table without commits for this long (once its snapshot is complete) stops holding
-    back the watermark; off by default.
-    """
-    pending_ttl_ms: int | None = Field(default=None, gt=0)
-    """A row pending longer than this is expired, by `expiry_policy`; off by default."""
-    expiry_policy: ExpiryPolicy = "release"
-    """Expired rows: `release` them, joined as of their time (`_released_by = 'expiry'`), or
-    `dead-letter` them.
-    """
-    build_prefix: str = ""
-    """Prefix of the build columns in the output (needed when names clash)."""
-    pending_max_rows: int | None = Field(default=None, gt=0)
-    """The most rows the pending table may hold after a batch; off by default."""
-    pending_max_age_ms: int | None = Field(default=None, gt=0)
-    """The oldest a pending row may be: in event time, how far behind the probe watermark; with
-    `watermark = "none"`, since arrival. Off by default.
-    """
-    on_pending_bound: PendingBoundPolicy = "dead-letter"
-    """Rows over the pending bound: `dead-letter` (the oldest, for replay) or `fail` (stop the
-    join).
-    """
-    probe_time_unit: TimeUnit = "ms"
-    """Unit of an epoch number in the probe time column, also one declared `timestamp`: `s`,
-    `ms` or `us`.
-    """
-    max_future_ms: int | None = Field(default=86_400_000, gt=0)
-    """A probe row whose time is further than this past the wall clock is dead-lettered
-    (`future_time`).
-    """
-    until_complete: bool = False
-    """End the probe input at the end of an `available-now` run and release every row the build
-    side can answer.
-    """
-    build_complete: bool = False
-    """With `until_complete`: the build side is complete too, so the end releases every row once
-    the snapshot marker is set.
-    """
-    allow_dead_letters: bool = False
-    """Accept batches whose probe records are all dead-lettered."""
+class JoinConfig(StreamConfig, JoinOptions):
+    """The temporal join: :class:`lakehouse.join.JoinOptions` (each of its fields is the
+    ``[join]`` key of the same name), and where its probe records come from and how it runs
+    (:class:`StreamConfig`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -345,16 +255,6 @@ class JoinConfig(StreamConfig):
                 "trigger = 'available-now'"
             )
         return {**data, "trigger": "available-now"}
-
-    @model_validator(mode="after")
-    def _build_complete_needs_the_end(self) -> JoinConfig:
-        if self.build_complete and not self.until_complete:
-            raise ValueError(
-                "build_complete declares the build side complete at the end of the probe "
-                "input; it needs until_complete (lakehouse join --until-complete "
-                "--build-complete)"
-            )
-        return self
 
 
 class QualityConfig(_Model):

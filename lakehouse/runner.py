@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from lakehouse.dimension import BatchReport
-    from lakehouse.join import JoinBatchReport
+    from lakehouse.join import JoinBatchReport, JoinOptions
     from lakehouse.sources import KafkaSourceOptions
     from lakehouse.table_kinds import TableKind
     from lakehouse.time import Clock
@@ -692,25 +692,13 @@ def damage_checked(settings: Settings, command: str) -> tuple[list[str], list[st
     return [cfg.dead_letter_table, *written_tables(settings, command)], read
 
 
-def join_options(cfg: JoinConfig) -> Any:
-    """The :class:`lakehouse.join.JoinOptions` of a join configuration.
-
-    Every field of ``JoinOptions`` is the configuration field of the same name (one name from
-    the TOML key to the flag to the options object; a unit test holds it); the rest of the
-    configuration (source, trigger, checkpoint) is the runner's. Lists become tuples, and an
-    unset ``watermark`` is chosen by the mode.
+def join_options(cfg: JoinConfig) -> JoinOptions:
+    """The :class:`lakehouse.join.JoinOptions` of a join configuration: its own fields, without
+    where the probe records come from and how the query runs (source, trigger, checkpoint).
     """
-    from dataclasses import fields
-
     from lakehouse.join import JoinOptions
 
-    values = {f.name: getattr(cfg, f.name) for f in fields(JoinOptions)}
-    values.update(
-        probe_key=tuple(cfg.probe_key),
-        build_key=tuple(cfg.build_key),
-        watermark=cfg.watermark or ("none" if cfg.mode == "proctime" else "bounded"),
-    )
-    return JoinOptions(**values)
+    return JoinOptions.model_validate(cfg.model_dump(include=set(JoinOptions.model_fields)))
 
 
 def start_join(

@@ -143,7 +143,7 @@ def _type_name(annotation: Any) -> str:
         return " or ".join(_type_name(a) for a in args)
     if origin is typing.Literal:
         return " \\| ".join(f'`"{a}"`' for a in typing.get_args(annotation))
-    if origin is list:
+    if origin in (list, tuple):  # a tuple[str, ...] setting is a TOML list too
         return f"list of {_type_name(args[0])}"
     if origin is dict:
         return "table of strings"
@@ -157,7 +157,7 @@ def _default(field: Any) -> str:
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
     value = field.default_factory() if field.default_factory is not None else field.default
-    if value is None or value == {} or value == []:
+    if value is None or value in ({}, [], ()):
         return "—"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
