@@ -115,10 +115,6 @@ class KafkaConfig(_Model):
 class StreamConfig(_Model):
     """Where a pipeline reads from and how it runs."""
 
-    pipeline_id: str
-    """Stable id of the pipeline: the Delta transaction app id of every write. Keep it across
-    restarts; it is bound to its checkpoint.
-    """
     source: Literal["kafka", "files"] = "kafka"
     """Where records come from: `kafka` (Spark's Kafka source) or `files` (a directory of
     JSON-lines files).
@@ -218,9 +214,15 @@ class IngestTableConfig(_Model):
     """
 
 
-class IngestConfig(StreamConfig):
-    """The CDC ingest: Debezium records into versioned build tables."""
+class IngestOptions(_Model):
+    """The CDC ingest: Debezium records into versioned build tables. The Python API takes it
+    (:func:`lakehouse.ingest_cdc`); the ``[ingest]`` section is it plus where the records come
+    from and how the query runs (:class:`IngestConfig`)."""
 
+    pipeline_id: str
+    """Stable id of the pipeline: the Delta transaction app id of every write. Keep it across
+    restarts; it is bound to its checkpoint.
+    """
     tables: list[IngestTableConfig]
     """The build tables, one `[[ingest.tables]]` entry each."""
     dead_letter_table: str
@@ -235,6 +237,11 @@ class IngestConfig(StreamConfig):
         if not v:
             raise ValueError("give at least one [[ingest.tables]] entry")
         return v
+
+
+class IngestConfig(StreamConfig, IngestOptions):
+    """The CDC ingest: :class:`IngestOptions` (each of its fields is the ``[ingest]`` key of
+    the same name), and where its records come from and how it runs (:class:`StreamConfig`)."""
 
 
 class JoinConfig(StreamConfig, JoinOptions):

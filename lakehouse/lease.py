@@ -286,6 +286,11 @@ class WriterLease:
         """This holding's unique id."""
         return self.record.token
 
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` has run (the job gave the tables back)."""
+        return self._released
+
     def _lost_message(self, table: str, now: LeaseRecord | None) -> str:
         who = now.describe() if now is not None else "nobody (the lease file was removed)"
         return (

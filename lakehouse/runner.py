@@ -15,20 +15,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from lakehouse.checkpoint import checkpoint_sources, has_offsets
+from lakehouse import jobs
+from lakehouse.checkpoint import has_offsets
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
 from lakehouse.errors import ConfigError
+from lakehouse.jobs import Job
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from lakehouse.api import PipelineWriter
     from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport, JoinOptions
     from lakehouse.sources import KafkaSourceOptions
-    from lakehouse.table_kinds import TableKind
     from lakehouse.time import Clock
 
 
@@ -391,71 +393,34 @@ class SupervisedQuery:
             return True
 
 
-def _start(
-    stream: DataFrame,
-    cfg: StreamConfig,
-    fn: Callable[[DataFrame, int], None],
-    name: str,
+def _run(
+    writer: PipelineWriter,
+    cfg: IngestConfig | JoinConfig,
     *,
-    command: str,
-    tables: list[str],
-    job_tables: list[str],
-    read_tables: list[str],
-    roles: list[TableRole],
     take_over: bool,
     on_notice: Callable[[str], None] | None,
-    kafka: KafkaConfig | None = None,
-    source: KafkaSourceOptions | None = None,
+    kafka: KafkaConfig,
+    source: KafkaSourceOptions | None,
 ) -> SupervisedQuery:
-    """Take the writer lease of ``tables`` (see :mod:`lakehouse.lease`), then start the
-    query with the lease's fence before every micro-batch, supervised (broker outages of a
-    Kafka ``source``, see :class:`SupervisedQuery`); the lease is held while the job runs
-    (through an outage too) and released when it ends."""
-    from lakehouse import delta
-    from lakehouse.checkpoint import binding_metadata, check_binding
-    from lakehouse.failpoints import failpoint
-    from lakehouse.lease import acquire
-    from lakehouse.recovery import check
-
-    # before anything reads them: a file Spark or Delta cannot parse is named in one line
-    check(cfg.checkpoint, job_tables, read_tables, repair=_repair_command(command))
-    _check_roles(roles)
-    check_binding(cfg.checkpoint, cfg.pipeline_id, tables)
-    lease = acquire(
-        tables,
-        command=command,
-        pipeline_id=cfg.pipeline_id,
-        query_name=name,
-        checkpoint=cfg.checkpoint,
-        timeout_ms=cfg.writer_lease_timeout_ms,
-        take_over=take_over,
-    )
+    """Start a job's writer with the configuration's checkpoint, name and trigger, under one
+    writer lease (:meth:`~lakehouse.api.PipelineWriter.hold`) for the whole job, supervised
+    (broker outages of a Kafka ``source``, see :class:`SupervisedQuery`): the lease is held
+    while the job runs, through an outage too, and released when it ends."""
+    writer = writer.queryName(cfg.pipeline_id).option("checkpointLocation", cfg.checkpoint)
+    if cfg.trigger == "available-now":
+        writer.trigger(availableNow=True)
+    elif cfg.trigger == "once":
+        writer.trigger(once=True)
+    else:
+        writer.trigger(processingTime=cfg.interval)
+    lease = writer.hold(take_over=take_over)
     if on_notice is not None:
         for holder in lease.taken_from:
             on_notice(f"writer lease taken over from {holder}")
 
-    identity: dict[str, str] = {}
-
-    def fenced(df: DataFrame, batch_id: int) -> None:
-        failpoint("batch.start", batch_id)
-        lease.check()  # a job that lost its lease stops before writing anything
-        if not identity:  # Spark has written the checkpoint's id by the first batch
-            identity.update(binding_metadata(cfg.checkpoint))
-        with delta.commit_metadata(identity):  # every version names its checkpoint
-            fn(df, batch_id)
-        failpoint(f"{command}.batch_end", batch_id)
-
     def start_query() -> StreamingQuery:
         if source is not None:  # the first start, and every restart after an outage
             _check_topic_ids(source, cfg.checkpoint, kafka)
-        writer = stream.writeStream.queryName(name).option("checkpointLocation", cfg.checkpoint)
-        writer = writer.foreachBatch(fenced)
-        if cfg.trigger == "available-now":
-            writer = writer.trigger(availableNow=True)
-        elif cfg.trigger == "once":
-            writer = writer.trigger(once=True)
-        else:
-            writer = writer.trigger(processingTime=cfg.interval)
         return writer.start()
 
     try:
@@ -481,7 +446,8 @@ def start_ingest(
     take_over: bool = False,
     on_notice: Callable[[str], None] | None = None,
 ) -> SupervisedQuery:
-    """Start the CDC ingest described by ``settings.ingest``.
+    """Start the CDC ingest described by ``settings.ingest`` (:func:`lakehouse.ingest_cdc`
+    over the configured source).
 
     Takes the writer lease of the build tables first (:mod:`lakehouse.lease`): a live
     lease of another job raises :class:`~lakehouse.errors.WriterLeaseError` unless
@@ -492,32 +458,14 @@ def start_ingest(
     probe of the data topics' high watermarks and the query's offsets log, so a snapshot
     signal covers every record produced before it (see :mod:`lakehouse.dimension.signals`).
     """
-    from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions
-    from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
+    from lakehouse.api import ingest_cdc
 
     cfg: IngestConfig | None = settings.ingest
     if cfg is None:
         raise ConfigError("no [ingest] section in the configuration", setting="ingest")
-    targets = [
-        BuildTarget(
-            t.table,
-            key_columns=tuple(t.key),
-            source_table=t.source_table,
-            event_time_column=t.event_time,
-            out_of_orderness_ms=t.out_of_orderness_ms,
-            max_future_ms=t.max_future_ms,
-            snapshot=SnapshotOptions(
-                signals=frozenset(t.snapshot_signals),
-                notification_topic=t.notification_topic,
-                heartbeat_topic=t.heartbeat_topic,
-                resnapshot_join=t.resnapshot_join,
-                resnapshot_deletes=t.resnapshot_deletes,
-                resnapshot_max_ended=t.resnapshot_max_ended,
-            ),
-        )
-        for t in cfg.tables
-    ]
-    signal_topics = sorted({topic for t in targets for topic in t.snapshot.topics})
+    signal_topics = sorted(
+        {topic for t in cfg.tables for topic in (t.notification_topic, t.heartbeat_topic) if topic}
+    )
     if signal_topics and cfg.source != "kafka":
         raise ConfigError(
             f"ingest.tables[].notification_topic/heartbeat_topic {signal_topics} need "
@@ -527,127 +475,48 @@ def start_ingest(
         )
     data_topics = [t for t in cfg.topics if t not in signal_topics]
     stream_cfg = cfg.model_copy(update={"topics": [*data_topics, *signal_topics]})
-    probe = None
-    if cfg.source == "kafka" and settings.kafka.bootstrap_servers and data_topics:
-        options = kafka_source_options(settings.kafka)
-        probe = kafka_offsets_probe(settings.kafka.bootstrap_servers, data_topics, options=options)
-    sink = BuildSink(
-        targets,
-        dead_letter_table=cfg.dead_letter_table,
-        pipeline_id=cfg.pipeline_id,
-        max_record_bytes=cfg.max_record_bytes,
-        on_batch=on_batch,
-        offsets_probe=probe,
-        planned_offsets=checkpoint_offsets_reader(cfg.checkpoint)
-        if cfg.source == "kafka"
-        else None,
-    )
     source = kafka_stream(stream_cfg, settings.kafka) if cfg.source == "kafka" else None
-    return _start(
+    writer = ingest_cdc(
         open_stream(spark, stream_cfg, settings.kafka),
         cfg,
-        sink,
-        cfg.pipeline_id,
-        command="ingest",
-        tables=written_tables(settings, "ingest"),
-        job_tables=damage_checked(settings, "ingest")[0],
-        read_tables=damage_checked(settings, "ingest")[1],
-        roles=table_roles(settings, "ingest"),
-        take_over=take_over,
-        on_notice=on_notice,
-        kafka=settings.kafka,
-        source=source,
+        kafka=source,
+        on_batch=on_batch,
+        lease_timeout_ms=cfg.writer_lease_timeout_ms,
+    )
+    return _run(
+        writer, cfg, take_over=take_over, on_notice=on_notice, kafka=settings.kafka, source=source
     )
 
 
-def written_tables(settings: Settings, command: str) -> list[str]:
-    """The tables a job leases (:mod:`lakehouse.lease`): the build tables of the ingest;
-    the output and pending tables of a join (dead-letter tables are shared, not leased)."""
-    if command == "ingest":
-        return [t.table for t in settings.ingest.tables] if settings.ingest else []
-    if settings.join is None:
-        return []
-    return [settings.join.output_table, settings.join.pending_table]
+def job_settings(settings: Settings, command: Job) -> IngestConfig | JoinConfig | None:
+    """The ``[ingest]`` or ``[join]`` section of ``settings``."""
+    return settings.ingest if command == "ingest" else settings.join
 
 
-def _repair_command(command: str) -> str:
-    return f"lakehouse repair {command} -c <this job's configuration>"
-
-
-def check_damage(settings: Settings, command: str) -> None:
-    """Refuse a job whose checkpoint or tables hold a damaged file (:func:`lakehouse.
-    recovery.check`), without Spark: the CLI calls it before Spark starts, and every start of
-    a query (:func:`start_ingest`, :func:`start_join`) again.
+def check_damage(settings: Settings, command: Job) -> None:
+    """Refuse a job whose checkpoint or tables hold a damaged file, without Spark
+    (:func:`lakehouse.jobs.check_damage`): the CLI calls it before Spark starts, and every
+    start of a query again.
 
     Raises:
         DamagedStateError: naming the file, what is wrong and the repair.
     """
-    from lakehouse.recovery import check
-
-    cfg = settings.ingest if command == "ingest" else settings.join
+    cfg = job_settings(settings, command)
     if cfg is not None:
-        written, read = damage_checked(settings, command)
-        check(cfg.checkpoint, written, read, repair=_repair_command(command))
+        jobs.check_damage(cfg, cfg.checkpoint)
 
 
-class TableRole(NamedTuple):
-    """A table a job uses: the setting that names it (TOML key and flag), its location, the
-    kind it must be, and whether the job writes it (a join only reads its build table)."""
-
-    setting: str
-    uri: str
-    kind: TableKind
-    writes: bool = True
-
-
-def table_roles(settings: Settings, command: str) -> list[TableRole]:
-    """The tables a job reads or writes (:class:`TableRole`)."""
-    from lakehouse.table_kinds import TableKind
-
-    roles: list[TableRole] = []
-    if command == "ingest" and settings.ingest is not None:
-        i = settings.ingest
-        for n, t in enumerate(i.tables):
-            flag = " (--table)" if len(i.tables) == 1 else ""
-            roles.append(TableRole(f"ingest.tables[{n}].table{flag}", t.table, TableKind.BUILD))
-        roles.append(
-            TableRole(
-                "ingest.dead_letter_table (--dead-letter-table)",
-                i.dead_letter_table,
-                TableKind.DEAD_LETTER,
-            )
-        )
-    elif command == "join" and settings.join is not None:
-        j = settings.join
-        roles += [
-            TableRole("join.build_table (--build-table)", j.build_table, TableKind.BUILD, False),
-            TableRole("join.output_table (--output-table)", j.output_table, TableKind.OUTPUT),
-            TableRole("join.pending_table (--pending-table)", j.pending_table, TableKind.PENDING),
-            TableRole(
-                "join.dead_letter_table (--dead-letter-table)",
-                j.dead_letter_table,
-                TableKind.DEAD_LETTER,
-            ),
-        ]
-    return roles
-
-
-def check_table_kinds(settings: Settings, command: str) -> None:
-    """Refuse a job given a table of the wrong kind (:mod:`lakehouse.table_kinds`): a join
-    whose build table is an output table would wait forever. Without Spark when none is
-    running: the CLI calls it before Spark starts, and every start of a query again.
+def check_table_kinds(settings: Settings, command: Job) -> None:
+    """Refuse a job given a table of the wrong kind, without Spark when none is running
+    (:func:`lakehouse.jobs.check_table_kinds`): the CLI calls it before Spark starts, and
+    every start of a query again.
 
     Raises:
         ConfigError: one line naming the setting, the table, its kind and the kind expected.
     """
-    _check_roles(table_roles(settings, command))
-
-
-def _check_roles(roles: list[TableRole]) -> None:
-    from lakehouse.table_kinds import check_kind
-
-    for role in roles:
-        check_kind(role.uri, role.kind, setting=role.setting, writes=role.writes)
+    cfg = job_settings(settings, command)
+    if cfg is not None:
+        jobs.check_table_kinds(cfg)
 
 
 def check_join_key(settings: Settings) -> None:
@@ -659,7 +528,7 @@ def check_join_key(settings: Settings) -> None:
         ConfigError: the build table's key and ``probe_key`` differ in length.
     """
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
+    from lakehouse.dimension.layout import PROP_PRIMARY_KEY
 
     j = settings.join
     if j is None or j.build_key:
@@ -667,7 +536,7 @@ def check_join_key(settings: Settings) -> None:
     look = delta.peek(j.build_table)  # a table delta-rs cannot open is the join's to check
     if look is None or not look.exists:
         return
-    recorded = look.properties.get(L.PROP_PRIMARY_KEY, "")
+    recorded = look.properties.get(PROP_PRIMARY_KEY, "")
     key = [k for k in recorded.split(",") if k]
     if key and len(key) != len(j.probe_key):
         raise ConfigError(
@@ -675,21 +544,6 @@ def check_join_key(settings: Settings) -> None:
             f"{list(j.probe_key)}; they must pair up in order (or set join.build_key)",
             setting="join.probe_key",
         )
-
-
-def damage_checked(settings: Settings, command: str) -> tuple[list[str], list[str]]:
-    """The tables a job's start checks for damage (:mod:`lakehouse.recovery`): those it
-    writes, in the order each batch writes them (its dead-letter table, then the build tables;
-    or the output, then the pending table), and those it only reads."""
-    if command == "ingest":
-        cfg: IngestConfig | JoinConfig | None = settings.ingest
-        read: list[str] = []
-    else:
-        cfg = settings.join
-        read = [settings.join.build_table] if settings.join else []
-    if cfg is None:
-        return [], []
-    return [cfg.dead_letter_table, *written_tables(settings, command)], read
 
 
 def join_options(cfg: JoinConfig) -> JoinOptions:
@@ -710,77 +564,25 @@ def start_join(
     take_over: bool = False,
     on_notice: Callable[[str], None] | None = None,
 ) -> SupervisedQuery:
-    """Start the temporal join described by ``settings.join``.
+    """Start the temporal join described by ``settings.join`` (:func:`lakehouse.temporal_join`
+    over the configured source).
 
     Takes the writer lease of the output and pending tables first (:mod:`lakehouse.lease`);
     ``take_over`` and ``on_notice`` as in :func:`start_ingest`.
     """
-    from lakehouse.join import TemporalJoin
+    from lakehouse.api import temporal_join
 
     cfg: JoinConfig | None = settings.join
     if cfg is None:
         raise ConfigError("no [join] section in the configuration", setting="join")
-    # The tick source is in every join's stream, whatever the trigger: a processing-time
-    # trigger runs a batch every interval even when the probe is quiet, an available-now run
-    # runs one batch even with no new probe rows (pending rows move when the build table
-    # moved), and the query's source list is the same for every trigger, so a checkpoint can
-    # change trigger. Checkpoints written before it have one source; they keep running without.
-    ticks = checkpoint_sources(cfg.checkpoint) != 1
-    if not ticks and cfg.until_complete:
-        raise ConfigError(
-            f"checkpoint {cfg.checkpoint} was written by a join without the tick source, "
-            "which --until-complete needs (a run must have a batch even when no probe row is "
-            "new); run the bounded join with a new pipeline_id and checkpoint",
-            setting="join.until_complete",
-        )
-    if not ticks and on_notice is not None:
-        on_notice(
-            f"checkpoint {cfg.checkpoint} was written by a join without the tick source: "
-            "pending rows move only when probe rows arrive, and the trigger cannot change; "
-            "a new checkpoint (with a new pipeline_id) gets both"
-        )
-    operator = TemporalJoin(join_options(cfg), clock=clock, on_batch=on_batch, ticks=ticks)
     source = kafka_stream(cfg, settings.kafka) if cfg.source == "kafka" else None
-    stream = open_stream(spark, cfg, settings.kafka)
-    if ticks:
-        stream = stream.unionByName(tick_stream(spark))
-    return _start(
-        stream,
-        cfg,
-        operator,
-        cfg.pipeline_id,
-        command="join",
-        tables=written_tables(settings, "join"),
-        job_tables=damage_checked(settings, "join")[0],
-        read_tables=damage_checked(settings, "join")[1],
-        roles=table_roles(settings, "join"),
-        take_over=take_over,
-        on_notice=on_notice,
-        kafka=settings.kafka,
-        source=source,
+    writer = temporal_join(
+        open_stream(spark, cfg, settings.kafka),
+        join_options(cfg),
+        on_batch=on_batch,
+        clock=clock,
+        lease_timeout_ms=cfg.writer_lease_timeout_ms,
     )
-
-
-def tick_stream(spark: SparkSession) -> DataFrame:
-    """One row per micro-batch, in the raw schema, on :data:`~lakehouse.join.operator.
-    TICK_TOPIC`: it makes Spark run the join every trigger interval even when the probe
-    stream is quiet, so waiting rows are released as soon as the build side allows."""
-    from pyspark.sql import functions as F
-
-    from lakehouse.join.layout import TICK_TOPIC
-
-    ticks = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", 1)
-        .option("numPartitions", 1)
-        .load()
-    )
-    return ticks.select(
-        F.lit(None).cast("binary").alias("key"),
-        F.lit(None).cast("binary").alias("value"),
-        F.lit(TICK_TOPIC).alias("topic"),
-        F.lit(-1).cast("int").alias("partition"),
-        F.col("value").alias("offset"),
-        F.col("timestamp"),
-        F.lit(0).cast("int").alias("timestampType"),
+    return _run(
+        writer, cfg, take_over=take_over, on_notice=on_notice, kafka=settings.kafka, source=source
     )

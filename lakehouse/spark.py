@@ -286,6 +286,20 @@ def _jar_version(path: str, prefix: str) -> str | None:
     return name.removeprefix(prefix).removesuffix(".jar") if name.startswith(prefix) else None
 
 
+def prepare_session(spark: SparkSession) -> None:
+    """Make a session that lakehouse did not start (Databricks, a notebook, the Python API's
+    caller) fit for its jobs: check that it has the jars it needs, and set
+    :data:`REQUIRED_CONF` (UTC session time zone, microsecond Parquet timestamps, Arrow).
+
+    Raises:
+        EnvironmentSetupError: delta-spark or Spark's Kafka source is not on its classpath.
+    """
+    _check_active_session(spark)
+    for key, value in REQUIRED_CONF.items():
+        if spark.conf.get(key, None) != value:
+            spark.conf.set(key, value)
+
+
 def _check_active_session(spark: SparkSession) -> None:
     """An existing session (Databricks, a notebook) cannot be given jars: check it has them."""
     loader = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
@@ -370,9 +384,7 @@ def get_spark(
     merged.update(conf or {})
     merged.update(REQUIRED_CONF)
     if active is not None:
-        _check_active_session(active)
-        for key, value in REQUIRED_CONF.items():
-            active.conf.set(key, value)
+        prepare_session(active)
         return active
     merged.update(engine_conf(merged))
     _start_spark_context(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from rich.markup import escape
 
 from lakehouse.cli._app import say
+from lakehouse.jobs import Job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -18,9 +19,6 @@ if TYPE_CHECKING:
     from lakehouse.config import Settings
     from lakehouse.join.operator import JoinBatchReport
     from lakehouse.runner import SupervisedQuery
-
-#: The two streaming jobs, as the commands and their settings sections name them.
-Job = Literal["ingest", "join"]
 
 
 def spark_for(settings: Settings) -> SparkSession:
@@ -38,10 +36,12 @@ def flag_overrides(**flags: Any) -> dict[str, Any]:
 def refuse_if_written(settings: Settings, command: Job, take_over: bool) -> None:
     """Refuse before Spark starts when another live job writes the tables (the runner's
     lease decides for good when the query starts)."""
+    from lakehouse.jobs import written_tables
     from lakehouse.lease import ensure_free
-    from lakehouse.runner import written_tables
+    from lakehouse.runner import job_settings
 
-    ensure_free(written_tables(settings, command), take_over=take_over)
+    cfg = job_settings(settings, command)
+    ensure_free(written_tables(cfg) if cfg is not None else [], take_over=take_over)
 
 
 def require_source(settings: Settings, command: Job) -> None:

@@ -252,8 +252,8 @@ def repair_command(
     Damaged files are set aside, never deleted; docs/operations/recovery.md says what each
     repair does. Stop the job first. Needs no Spark."""
     from lakehouse.config import load_settings
+    from lakehouse.jobs import damage_checked
     from lakehouse.recovery import apply, plan_repair
-    from lakehouse.runner import damage_checked
 
     if job not in ("ingest", "join"):
         raise ConfigError(f"repair takes 'ingest' or 'join', got {job!r}", setting="job")
@@ -261,7 +261,7 @@ def repair_command(
     cfg = settings.ingest if job == "ingest" else settings.join
     if cfg is None:
         raise ConfigError(f"the configuration has no [{job}] section", setting=job)
-    written, read = damage_checked(settings, job)
+    written, read = damage_checked(cfg)
     plan = plan_repair(
         checkpoint=cfg.checkpoint,
         pipeline_id=cfg.pipeline_id,

@@ -1,6 +1,7 @@
 """The README's worked example (the docs site's tutorial), run word for word as a new user runs
 it: each ``bash`` block in an empty directory through ``bash -e`` with the installed
-``lakehouse`` on the ``PATH``. A command the README annotates ``# exit N`` must exit N, every
+``lakehouse`` (and ``python``) on the ``PATH``; a ``python`` block is the file its first line
+names (``# enrich.py``), written there for a later ``bash`` block to run. A command the README annotates ``# exit N`` must exit N, every
 other one 0; a ``text`` block after a ``bash`` block is the end of what that block prints, as an
 80-column terminal shows it. A change that alters the example's output fails here until the
 README says what users now see.
@@ -57,7 +58,10 @@ def test_the_readme_example_is_what_it_says(tmp_path):
     """The README's example has the blocks and the exit codes the run below checks."""
     blocks = _blocks(_tutorial())
     kinds = [kind for kind, _ in blocks]
-    assert kinds == ["bash", "bash", "bash", "text", "bash", "text", "bash", "text"], kinds
+    assert kinds == [
+        *("bash", "bash", "bash", "text", "bash", "text", "bash", "text"),
+        *("python", "bash", "text"),
+    ], kinds
     lines = [line for _, body in blocks for line in body.splitlines()]
     annotated = [m["code"] for line in lines if (m := _EXIT.match(line))]
     assert annotated == ["3", "0", "1"]
@@ -75,6 +79,9 @@ def test_the_readme_tutorial_runs_word_for_word(tmp_path):
     stderr = []
     stdout: dict[int, str] = {}
     for i, (kind, body) in enumerate(blocks):
+        if kind == "python":
+            name = body.splitlines()[0].removeprefix("# ").strip()
+            (tmp_path / name).write_text(body)
         if kind != "bash":
             continue
         done = subprocess.run(

@@ -105,6 +105,31 @@ def test_only_the_composing_layer_imports_the_cli_and_the_runner():
         assert _package_of(module) in (None, "cli"), f"{where} does more than call the CLI"
 
 
+def test_the_streaming_jobs_are_the_python_apis_writers():
+    """One code path (issue 32): only :mod:`lakehouse.api` makes the jobs' ``foreachBatch``
+    handlers and writers; the command line's jobs start the API's writers."""
+    made_elsewhere = sorted(
+        f"{path.relative_to(ROOT)}: {call}"
+        for path in sorted(
+            [*(ROOT / "lakehouse").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]
+        )
+        if path.name != "api.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and (call := ast.unparse(node.func).rsplit(".", 1)[-1])
+        in {"TemporalJoin", "BuildSink", "foreachBatch", "PipelineWriter"}
+    )
+    assert not made_elsewhere, (
+        f"a job's handler or writer made outside lakehouse.api: {made_elsewhere}"
+    )
+    runner = {
+        module
+        for where, module, _ in _imports(ROOT / "lakehouse")
+        if where == "lakehouse/runner.py"
+    }
+    assert "lakehouse.api" in runner
+
+
 def test_no_module_reaches_into_another_packages_private_names():
     wrong = []
     for where, module, name in _imports(ROOT / "lakehouse"):
