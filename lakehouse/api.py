@@ -252,9 +252,10 @@ def ingest_cdc(
     ``options``, as a writer to start.
 
     Args:
-        changes: a streaming DataFrame of raw records (see the module docstring). When a
-            table has a ``notification_topic`` or ``heartbeat_topic``, the stream must read
-            those topics too.
+        changes: a streaming DataFrame of raw records, the columns of Spark's Kafka source
+            (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+            ``timestampType``). When a table has a ``notification_topic`` or
+            ``heartbeat_topic``, the stream must read those topics too.
         options: the build tables, the dead-letter table and the pipeline id.
         kafka: the Kafka source options the stream was opened with
             (:func:`lakehouse.kafka_stream_options`), when it reads Kafka: a snapshot signal
@@ -294,9 +295,10 @@ def ingest_cdc(
     if kafka is not None:
         signal_topics = {topic for t in targets for topic in t.snapshot.topics}
         data_topics = [t for t in kafka.topics if t not in signal_topics]
-        client = {f"kafka.{k}": v for k, v in kafka.client_config.items()}  # librdkafka names
         if data_topics:
-            probe = kafka_offsets_probe(kafka.bootstrap_servers, data_topics, options=client)
+            probe = kafka_offsets_probe(
+                kafka.bootstrap_servers, data_topics, options=kafka.kafka_options
+            )
     sink = BuildSink(
         targets,
         dead_letter_table=options.dead_letter_table,
@@ -330,7 +332,9 @@ def temporal_join(
     allows.
 
     Args:
-        probe: a streaming DataFrame of raw records (see the module docstring).
+        probe: a streaming DataFrame of raw records, the columns of Spark's Kafka source
+            (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+            ``timestampType``).
         options: the join (:class:`~lakehouse.join.JoinOptions`).
         on_batch: called with each micro-batch's report.
         clock: the wall clock (tests pin it).

@@ -125,6 +125,9 @@ class KafkaSourceOptions:
     topics: tuple[str, ...]
     client_config: dict[str, str] = field(repr=False)
     spark_options: dict[str, str] = field(repr=False)
+    #: The ``kafka.``-prefixed librdkafka settings as given (a ``kafka.config.file``'s read
+    #: in): what another stream of the same brokers is opened with.
+    kafka_options: dict[str, str] = field(repr=False, default_factory=dict)
     starting_offsets: StartingOffsets = "earliest"
     fail_on_data_loss: bool = True
     metadata_timeout_ms: int = 10_000
@@ -211,6 +214,7 @@ class KafkaSourceOptions:
             topics=topics,
             client_config={**_kafka_client.CONSUMER_DEFAULTS, **client},
             spark_options=spark_options,
+            kafka_options={f"kafka.{k}": v for k, v in client.items()},
             starting_offsets=starting,
             fail_on_data_loss=fail == "true",
             metadata_timeout_ms=_positive_int(

@@ -1,10 +1,10 @@
 """The README's worked example (the docs site's tutorial), run word for word as a new user runs
 it: each ``bash`` block in an empty directory through ``bash -e`` with the installed
 ``lakehouse`` (and ``python``) on the ``PATH``; a ``python`` block is the file its first line
-names (``# enrich.py``), written there for a later ``bash`` block to run. A command the README annotates ``# exit N`` must exit N, every
-other one 0; a ``text`` block after a ``bash`` block is the end of what that block prints, as an
-80-column terminal shows it. A change that alters the example's output fails here until the
-README says what users now see.
+names (``# enrich.py``), written there for a later ``bash`` block to run. A command the README
+annotates ``# exit N`` must exit N, every other one 0; a ``text`` block after a ``bash`` block is
+the end of what that block prints, as an 80-column terminal shows it. A change that alters the
+example's output fails here until the README says what users now see.
 """
 
 from __future__ import annotations

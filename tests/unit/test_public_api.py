@@ -19,6 +19,17 @@ def test_every_public_name_resolves_and_is_documented():
         assert name in dir(lakehouse)
 
 
+def test_the_reference_renders_every_public_name():
+    """docs/reference/python-api.md renders each name of ``__all__`` from its docstring."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs/reference/python-api.md").read_text()
+    rendered = {
+        line.split()[-1].rsplit(".", 1)[-1] for line in page.splitlines() if line.startswith(":::")
+    }
+    assert set(lakehouse.__all__) <= rendered, sorted(set(lakehouse.__all__) - rendered)
+
+
 def test_an_unknown_name_is_an_attribute_error():
     try:
         lakehouse.temporal_joins  # noqa: B018
