@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -64,9 +64,7 @@ def engine(request) -> str:
 def _report(spark, opts: JoinOptions, report_dir: Path, **kw) -> QualityReport:
     """The report of the join ``opts`` describes; ``kw`` overrides a join option (such as
     ``probe_time``) or an argument of the report (such as ``engine``)."""
-    join = replace(
-        opts, **{k: kw.pop(k) for k in list(kw) if k in JoinOptions.__dataclass_fields__}
-    )
+    join = opts.model_copy(update={k: kw.pop(k) for k in list(kw) if k in JoinOptions.model_fields})
     args = dict(report_dir=report_dir, max_pending_age_ms=10 * MINUTE, now_ms=T0 + 2 * MINUTE)
     args.update(kw)
     return run_quality_report(spark, join, **args)
@@ -406,7 +404,7 @@ def test_processing_time_rows_without_a_marker_fail(spark, proctime, engine, tmp
     # a copy whose marker is taken back: no processing-time row may exist at all
     copy = _copy_tables(Path(proctime.output_table).parent, tmp_path / "tables")
     tables = ("build_table", "output_table", "pending_table", "dead_letter_table")
-    opts = replace(proctime, **{k: getattr(copy, k) for k in tables})
+    opts = proctime.model_copy(update={k: getattr(copy, k) for k in tables})
     delta.set_properties(opts.build_table, {"lakehouse.snapshot.complete": "false"})
     report = _report(
         spark, opts, tmp_path / "report", probe_time=None, max_pending_age_ms=None, engine=engine
