@@ -58,6 +58,8 @@ from lakehouse.join.options import JoinOptions  # the join's settings, declared 
 
 ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
+Source = Literal["kafka", "files"]
+FileFormat = Literal["lines", "envelope"]
 
 
 class _Model(BaseModel):
@@ -115,7 +117,7 @@ class KafkaConfig(_Model):
 class StreamConfig(_Model):
     """Where a pipeline reads from and how it runs."""
 
-    source: Literal["kafka", "files"] = "kafka"
+    source: Source = "kafka"
     """Where records come from: `kafka` (Spark's Kafka source) or `files` (a directory of
     JSON-lines files).
     """
@@ -123,7 +125,7 @@ class StreamConfig(_Model):
     """Kafka topics (source `kafka`)."""
     path: str | None = None
     """Directory of JSON-lines files (source `files`)."""
-    file_format: Literal["lines", "envelope"] = "lines"
+    file_format: FileFormat = "lines"
     """Files: `lines` (one record value per line) or `envelope` (`{"key", "value", "partition",
     "offset", "timestamp"}` per line).
     """

@@ -29,13 +29,25 @@ from lakehouse.cli._shared import (
     with_schema_block_notice,
 )
 from lakehouse.config import (
+    FileFormat,
     IngestConfig,
     IngestTableConfig,
     JoinConfig,
     KafkaConfig,
     MonitoringConfig,
+    Source,
+    Trigger,
 )
 from lakehouse.errors import ConfigError
+from lakehouse.join.options import (  # closed choices are Literals at every layer
+    ExpiryPolicy,
+    JoinMode,
+    JoinType,
+    LatePolicy,
+    PendingBoundPolicy,
+    TimeUnit,
+    WatermarkKind,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,13 +72,15 @@ LogFormatOpt = Annotated[
 @app.command()
 def ingest(
     config: ConfigOpt = None,
-    source: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "source"))] = None,
+    source: Annotated[
+        Source | None, typer.Option(help=setting_help(IngestConfig, "source"))
+    ] = None,
     topic: Annotated[
         list[str] | None, typer.Option(help=setting_help(IngestConfig, "topics"))
     ] = None,
     path: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "path"))] = None,
     file_format: Annotated[
-        str | None, typer.Option(help=setting_help(IngestConfig, "file_format"))
+        FileFormat | None, typer.Option(help=setting_help(IngestConfig, "file_format"))
     ] = None,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help=setting_help(KafkaConfig, "bootstrap_servers"))
@@ -96,7 +110,9 @@ def ingest(
     checkpoint: Annotated[
         str | None, typer.Option(help=setting_help(IngestConfig, "checkpoint"))
     ] = None,
-    trigger: Annotated[str | None, typer.Option(help=setting_help(IngestConfig, "trigger"))] = None,
+    trigger: Annotated[
+        Trigger | None, typer.Option(help=setting_help(IngestConfig, "trigger"))
+    ] = None,
     interval: Annotated[
         str | None, typer.Option(help=setting_help(IngestConfig, "interval"))
     ] = None,
@@ -171,7 +187,7 @@ def ingest(
 @app.command()
 def join(
     config: ConfigOpt = None,
-    source: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "source"))] = None,
+    source: Annotated[Source | None, typer.Option(help=setting_help(JoinConfig, "source"))] = None,
     topic: Annotated[
         list[str] | None, typer.Option(help=setting_help(JoinConfig, "topics"))
     ] = None,
@@ -205,19 +221,19 @@ def join(
     dead_letter_table: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "dead_letter_table"))
     ] = None,
-    mode: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "mode"))] = None,
+    mode: Annotated[JoinMode | None, typer.Option(help=setting_help(JoinConfig, "mode"))] = None,
     join_type: Annotated[
-        str | None, typer.Option("--join-type", help=setting_help(JoinConfig, "join_type"))
+        JoinType | None, typer.Option("--join-type", help=setting_help(JoinConfig, "join_type"))
     ] = None,
     watermark: Annotated[
-        str | None,
+        WatermarkKind | None,
         typer.Option(help=setting_help(JoinConfig, "watermark")),
     ] = None,
     out_of_orderness_ms: Annotated[
         int | None, typer.Option(help=setting_help(JoinConfig, "out_of_orderness_ms"))
     ] = None,
     late_policy: Annotated[
-        str | None, typer.Option(help=setting_help(JoinConfig, "late_policy"))
+        LatePolicy | None, typer.Option(help=setting_help(JoinConfig, "late_policy"))
     ] = None,
     build_idle_timeout_ms: Annotated[
         int | None, typer.Option(help=setting_help(JoinConfig, "build_idle_timeout_ms"))
@@ -226,7 +242,7 @@ def join(
         int | None, typer.Option(help=setting_help(JoinConfig, "pending_ttl_ms"))
     ] = None,
     expiry_policy: Annotated[
-        str | None, typer.Option(help=setting_help(JoinConfig, "expiry_policy"))
+        ExpiryPolicy | None, typer.Option(help=setting_help(JoinConfig, "expiry_policy"))
     ] = None,
     build_prefix: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "build_prefix"))
@@ -238,10 +254,10 @@ def join(
         int | None, typer.Option(help=setting_help(JoinConfig, "pending_max_age_ms"))
     ] = None,
     on_pending_bound: Annotated[
-        str | None, typer.Option(help=setting_help(JoinConfig, "on_pending_bound"))
+        PendingBoundPolicy | None, typer.Option(help=setting_help(JoinConfig, "on_pending_bound"))
     ] = None,
     probe_time_unit: Annotated[
-        str | None, typer.Option(help=setting_help(JoinConfig, "probe_time_unit"))
+        TimeUnit | None, typer.Option(help=setting_help(JoinConfig, "probe_time_unit"))
     ] = None,
     max_future_ms: Annotated[
         int | None, typer.Option(help=setting_help(JoinConfig, "max_future_ms"))
@@ -249,7 +265,9 @@ def join(
     checkpoint: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "checkpoint"))
     ] = None,
-    trigger: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "trigger"))] = None,
+    trigger: Annotated[
+        Trigger | None, typer.Option(help=setting_help(JoinConfig, "trigger"))
+    ] = None,
     interval: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "interval"))] = None,
     pipeline_id: Annotated[
         str | None, typer.Option(help=setting_help(JoinConfig, "pipeline_id"))

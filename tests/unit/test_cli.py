@@ -20,6 +20,14 @@ def test_invalid_setting_exits_2_with_one_line_naming_it(capsys, tmp_path, monke
     monkeypatch.delenv("LAKEHOUSE_CONFIG", raising=False)
     code, out = _run(["join", "--mode", "bogus", "--probe-key", "k"], capsys)
     assert code == 2
+    # the flag's closed choices are checked as it is parsed, and named in one line
+    assert out.err.strip() == (
+        "error: invalid value for '--mode': 'bogus' is not one of 'rowtime', 'proctime'."
+    )
+    # a bad value from the file or the environment names the setting
+    monkeypatch.setenv("LAKEHOUSE_JOIN__MODE", "bogus")
+    code, out = _run(["join", "--probe-key", "k"], capsys)
+    assert code == 2
     assert "error: invalid" in out.err and "'join.mode'" in out.err
     assert "Traceback" not in out.err
 
