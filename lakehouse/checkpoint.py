@@ -48,7 +48,6 @@ __all__ = [
     "check_binding",
     "check_topics",
     "checkpoint_id",
-    "checkpoint_sources",
     "has_offsets",
     "read_text",
     "recreated_topics",
@@ -94,22 +93,6 @@ def has_offsets(checkpoint: str) -> bool:
     True when that cannot be read (callers then assume the checkpoint is in use)."""
     batches = _offset_batches(checkpoint)
     return batches is None or bool(batches)
-
-
-def checkpoint_sources(checkpoint: str) -> int | None:
-    """How many sources the query's newest offsets-log entry records (Spark refuses a restart
-    whose query has another number), or None when the checkpoint has none yet (or its log
-    cannot be read).
-
-    An entry is ``v1``, a metadata line, then one line per source.
-    """
-    batches = _offset_batches(checkpoint)
-    if not batches:
-        return None
-    text = read_text(f"{checkpoint.rstrip('/')}/offsets/{batches[-1]}")
-    if not text:
-        return None
-    return max(len(text.splitlines()) - 2, 0)
 
 
 def checkpoint_id(checkpoint: str) -> str | None:
