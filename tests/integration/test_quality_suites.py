@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from rich.console import Console
 
 from lakehouse.errors import ConfigError, TableNotFoundError, WatermarkError
@@ -165,7 +166,6 @@ def _join(tmp_path, **kw) -> JoinOptions:
 @pytest.mark.parametrize(
     ("join", "kw", "setting"),
     [
-        ({"probe_key": "k"}, {}, "probe_key"),  # a string is not a tuple of columns
         # the report identifies rows by probe_id, which a join may leave unset
         ({"probe_id": None}, {}, "probe_id"),
         ({}, {"max_pending_age_ms": 0}, "max_pending_age_ms"),
@@ -179,6 +179,12 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, join, kw, setting):
         )
     assert info.value.setting == setting
     assert not (tmp_path / "report").exists()
+
+
+def test_a_string_is_not_a_tuple_of_probe_key_columns(tmp_path):
+    # JoinOptions refuses it when made, before any report can be asked for
+    with pytest.raises(ValidationError, match="probe_key"):
+        _join(tmp_path, probe_key="k")
 
 
 def test_missing_pending_table_is_named(tmp_path):
