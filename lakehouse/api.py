@@ -155,7 +155,8 @@ class PipelineWriter(DataStreamWriter):
         """Guard the job's tables and take their writer lease (:func:`lakehouse.jobs.guard`),
         for a caller that starts the query more than once under one lease (the command line
         restarts it after a Kafka outage). The caller watches and releases the lease;
-        :meth:`start` does both by itself when no lease is held.
+        :meth:`start` does both by itself when no lease is held. A writer that holds the
+        lease of its checkpoint already gets the same lease back.
 
         Raises:
             ConfigError: no checkpoint is set, a table of the wrong kind, or a checkpoint
@@ -163,6 +164,8 @@ class PipelineWriter(DataStreamWriter):
             DamagedStateError, WriterLeaseError: as :func:`lakehouse.jobs.guard`.
         """
         checkpoint = self.checkpoint
+        if self._lease is not None and not self._lease.released and checkpoint == self._checkpoint:
+            return self._lease  # held already (a second call changes nothing)
         if checkpoint is None:
             raise ConfigError(
                 f"the lakehouse {job_of(self.job_options)} needs a checkpoint (exactly-once "
