@@ -271,7 +271,7 @@ def ingest_cdc(
     Raises:
         ConfigError: ``changes`` lacks the raw columns.
     """
-    from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions
+    from lakehouse.dimension import BuildSink, BuildTarget
     from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
 
     raw = _raw_records(changes, "ingest_cdc")
@@ -283,20 +283,13 @@ def ingest_cdc(
             event_time_column=t.event_time,
             out_of_orderness_ms=t.out_of_orderness_ms,
             max_future_ms=t.max_future_ms,
-            snapshot=SnapshotOptions(
-                signals=frozenset(t.snapshot_signals),
-                notification_topic=t.notification_topic,
-                heartbeat_topic=t.heartbeat_topic,
-                resnapshot_join=t.resnapshot_join,
-                resnapshot_deletes=t.resnapshot_deletes,
-                resnapshot_max_ended=t.resnapshot_max_ended,
-            ),
+            snapshot=t.snapshot,
         )
         for t in options.tables
     ]
     probe = None
     if kafka is not None:
-        signal_topics = {topic for t in targets for topic in t.snapshot.topics}
+        signal_topics = set(options.signal_topics)
         data_topics = [t for t in kafka.topics if t not in signal_topics]
         if data_topics:
             probe = kafka_offsets_probe(

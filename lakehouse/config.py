@@ -49,12 +49,15 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lakehouse.errors import ConfigError
 from lakehouse.join.options import JoinOptions  # the join's settings, declared once
+
+if TYPE_CHECKING:
+    from lakehouse.dimension.signals.options import SnapshotOptions
 
 ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
@@ -215,6 +218,20 @@ class IngestTableConfig(_Model):
     (`future_event_time`).
     """
 
+    @property
+    def snapshot(self) -> SnapshotOptions:
+        """The table's snapshot settings, as the build sink takes them."""
+        from lakehouse.dimension.signals.options import SnapshotOptions
+
+        return SnapshotOptions(
+            signals=frozenset(self.snapshot_signals),
+            notification_topic=self.notification_topic,
+            heartbeat_topic=self.heartbeat_topic,
+            resnapshot_join=self.resnapshot_join,
+            resnapshot_deletes=self.resnapshot_deletes,
+            resnapshot_max_ended=self.resnapshot_max_ended,
+        )
+
 
 class IngestOptions(_Model):
     """The CDC ingest: Debezium records into versioned build tables. The Python API takes it
@@ -239,6 +256,12 @@ class IngestOptions(_Model):
         if not v:
             raise ValueError("give at least one [[ingest.tables]] entry")
         return v
+
+    @property
+    def signal_topics(self) -> tuple[str, ...]:
+        """The tables' notification and heartbeat topics, sorted: read in the same stream as
+        the data topics."""
+        return tuple(sorted({topic for t in self.tables for topic in t.snapshot.topics}))
 
 
 class IngestConfig(StreamConfig, IngestOptions):

@@ -463,9 +463,7 @@ def start_ingest(
     cfg: IngestConfig | None = settings.ingest
     if cfg is None:
         raise ConfigError("no [ingest] section in the configuration", setting="ingest")
-    signal_topics = sorted(
-        {topic for t in cfg.tables for topic in (t.notification_topic, t.heartbeat_topic) if topic}
-    )
+    signal_topics = list(cfg.signal_topics)
     if signal_topics and cfg.source != "kafka":
         raise ConfigError(
             f"ingest.tables[].notification_topic/heartbeat_topic {signal_topics} need "

@@ -254,11 +254,12 @@ def repair_command(
     from lakehouse.config import load_settings
     from lakehouse.jobs import damage_checked
     from lakehouse.recovery import apply, plan_repair
+    from lakehouse.runner import job_settings
 
     if job not in ("ingest", "join"):
         raise ConfigError(f"repair takes 'ingest' or 'join', got {job!r}", setting="job")
     settings = load_settings(config)
-    cfg = settings.ingest if job == "ingest" else settings.join
+    cfg = job_settings(settings, job)
     if cfg is None:
         raise ConfigError(f"the configuration has no [{job}] section", setting=job)
     written, read = damage_checked(cfg)

@@ -357,9 +357,6 @@ def join(
         },
     )
     set_log_format(settings.monitoring.log_format)
-    from lakehouse.runner import join_options
-
-    join_options(settings.join)  # validates the combination before Spark starts
     require_source(settings, "join")
     require_build_table(settings.join.build_table, wait=wait_for_build)
     refuse_if_written(settings, "join", take_over)
