@@ -19,6 +19,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.workload import EPOCH0_MS, HORIZON_MS, Workload, build_table
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    INGESTED_AT,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    META_BATCH_ID,
+    META_MAX_EVENT_TIME,
+    META_WATERMARK,
+    OP,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_TABLE_KIND,
+    SEQ,
+    SNAPSHOT,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +61,6 @@ def write_build_table(
     marker is set after it.
     """
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
     from lakehouse.dimension.marker import set_marker
 
     table = build_table(w)
@@ -58,14 +73,14 @@ def write_build_table(
         {
             "k": table["k"],
             "v": table["v"],
-            L.OP: table[L.OP],
-            L.EVENT_TIME: table[L.EVENT_TIME],
-            L.SEQ: table[L.SEQ],
-            L.SNAPSHOT: pa.array(np.asarray(table[L.OP]) == "r"),
-            L.INGESTED_AT: pa.array(np.full(n, now.value), pa.timestamp("us", tz="UTC")),
-            L.KAFKA_TOPIC: pa.nulls(n, pa.string()),
-            L.KAFKA_PARTITION: pa.array(np.zeros(n, np.int32)),
-            L.KAFKA_OFFSET: pa.array(np.arange(n, dtype=np.int64)),
+            OP: table[OP],
+            EVENT_TIME: table[EVENT_TIME],
+            SEQ: table[SEQ],
+            SNAPSHOT: pa.array(np.asarray(table[OP]) == "r"),
+            INGESTED_AT: pa.array(np.full(n, now.value), pa.timestamp("us", tz="UTC")),
+            KAFKA_TOPIC: pa.nulls(n, pa.string()),
+            KAFKA_PARTITION: pa.array(np.zeros(n, np.int32)),
+            KAFKA_OFFSET: pa.array(np.arange(n, dtype=np.int64)),
         }
     )
     staging = Path(uri + ".staging.parquet")
@@ -77,9 +92,9 @@ def write_build_table(
             uri,
             df.schema,
             properties={
-                L.PROP_PRIMARY_KEY: "k",
-                L.PROP_SNAPSHOT_COMPLETE: "false",
-                L.PROP_TABLE_KIND: "build",
+                PROP_PRIMARY_KEY: "k",
+                PROP_SNAPSHOT_COMPLETE: "false",
+                PROP_TABLE_KIND: "build",
             },
         )
     max_ms = EPOCH0_MS + HORIZON_MS
@@ -88,9 +103,9 @@ def write_build_table(
         uri,
         txn=("bench-build", batch_id),
         metadata={
-            L.META_BATCH_ID: batch_id,
-            L.META_WATERMARK: max_ms if watermark_ms is None else watermark_ms,
-            L.META_MAX_EVENT_TIME: max_ms,
+            META_BATCH_ID: batch_id,
+            META_WATERMARK: max_ms if watermark_ms is None else watermark_ms,
+            META_MAX_EVENT_TIME: max_ms,
         },
         max_files=4,
     )

@@ -44,7 +44,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from soak import data as D
+from lakehouse.dimension.layout import META_END_OFFSETS
+from soak import data
 from soak.procs import Pipeline, RssSample, process_table
 from soak.report import MIB, parse_memory, rss_summary, write_report, write_rss_csv
 
@@ -77,7 +78,7 @@ class Producer:
             }
         )
 
-    def send(self, topic: str, records: list[D.CdcRecord] | list[D.ProbeRecord]) -> None:
+    def send(self, topic: str, records: list[data.CdcRecord] | list[data.ProbeRecord]) -> None:
         """Produce ``records`` to ``topic``; set each one's offset.
 
         Raises:
@@ -136,7 +137,7 @@ class Soak:
         self.started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.production_s = args.minutes * 60.0
         ticks = int(self.production_s)
-        self.data = D.SoakData(
+        self.data = data.SoakData(
             seed=args.seed,
             cdc_per_tick=args.cdc_rate,
             probes_per_tick=args.probe_rate,
@@ -144,8 +145,8 @@ class Soak:
             truncate_tick=ticks // 2 if args.truncate else None,
         )
         self.kill_rng = random.Random(f"kills-{args.seed}")
-        self.cdc: list[D.CdcRecord] = []
-        self.probes: list[D.ProbeRecord] = []
+        self.cdc: list[data.CdcRecord] = []
+        self.probes: list[data.ProbeRecord] = []
         self.ticks = self.ticks_late = 0
         self.faults: list[dict[str, Any]] = []
         self.unexpected: list[dict[str, Any]] = []
@@ -177,8 +178,8 @@ class Soak:
         from lakehouse.sources.kafka_admin import create_topic
 
         self.bootstrap = bootstrap
-        create_topic(bootstrap, D.CDC_TOPIC, D.CDC_PARTITIONS)
-        create_topic(bootstrap, D.ORDERS_TOPIC, D.PROBE_PARTITIONS)
+        create_topic(bootstrap, data.CDC_TOPIC, data.CDC_PARTITIONS)
+        create_topic(bootstrap, data.ORDERS_TOPIC, data.PROBE_PARTITIONS)
         self.producer = Producer(bootstrap)
         tables, state = self.out / "tables", self.out / "checkpoints"
         self.tables = {
@@ -247,7 +248,7 @@ class Soak:
                 "[ingest]",
                 'pipeline_id = "soak-ingest-rates"',
                 'source = "kafka"',
-                f'topics = ["{D.CDC_TOPIC}"]',
+                f'topics = ["{data.CDC_TOPIC}"]',
                 f'checkpoint = "{state / "ingest"}"',
                 f'dead_letter_table = "{t["ingest_dead_letter"]}"',
                 'trigger = "processing-time"',
@@ -263,8 +264,8 @@ class Soak:
                 "[join]",
                 'pipeline_id = "soak-join-rowtime"',
                 'source = "kafka"',
-                f'topics = ["{D.ORDERS_TOPIC}"]',
-                f'probe_schema = "{D.PROBE_SCHEMA}"',
+                f'topics = ["{data.ORDERS_TOPIC}"]',
+                f'probe_schema = "{data.PROBE_SCHEMA}"',
                 'probe_key = ["currency"]',
                 'probe_time = "order_ts"',
                 'probe_id = "order_id"',
@@ -285,10 +286,10 @@ class Soak:
 
     # ------------------------------------------------------------------------ produce
 
-    def produce(self, tick: D.Tick) -> None:
+    def produce(self, tick: data.Tick) -> None:
         """Send one tick (CDC, then orders) and record each record's offset."""
         assert self.producer is not None
-        for topic, records in ((D.CDC_TOPIC, tick.cdc), (D.ORDERS_TOPIC, tick.probes)):
+        for topic, records in ((data.CDC_TOPIC, tick.cdc), (data.ORDERS_TOPIC, tick.probes)):
             self.producer.send(topic, records)
         self.cdc += tick.cdc
         self.probes += tick.probes
@@ -423,7 +424,7 @@ class Soak:
         for r in self.cdc:
             assert r.offset is not None
             cdc_ends[r.partition] = max(cdc_ends.get(r.partition, 0), r.offset + 1)
-        sentinels = D.PROBE_PARTITIONS
+        sentinels = data.PROBE_PARTITIONS
         stable = 0
         next_sample = self.now()
         while self.now() - started < self.args.drain_timeout:
@@ -450,15 +451,14 @@ class Soak:
 
     def _ingest_caught_up(self, ends: dict[int, int]) -> bool:
         from lakehouse import delta
-        from lakehouse.dimension import layout as L
 
         if not delta.table_exists(self.tables["build"]):
             return False
         running: dict[int, int] = {}
         for entry in delta.history(self.tables["build"]):
-            text = entry.metadata.get(L.META_END_OFFSETS)
+            text = entry.metadata.get(META_END_OFFSETS)
             if text:
-                for p, o in json.loads(text).get(D.CDC_TOPIC, {}).items():
+                for p, o in json.loads(text).get(data.CDC_TOPIC, {}).items():
                     running[int(p)] = max(running.get(int(p), 0), int(o))
         return all(running.get(p, 0) >= o for p, o in ends.items())
 
@@ -529,7 +529,7 @@ class Soak:
             "probe_total": len(self.probes),
             "probes": sum(r.kind == "probe" for r in self.probes),
             "probes_malformed": sum(r.kind == "malformed" for r in self.probes),
-            "sentinels": D.PROBE_PARTITIONS,
+            "sentinels": data.PROBE_PARTITIONS,
             "ticks": self.ticks,
             "ticks_late": self.ticks_late,
         }

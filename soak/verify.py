@@ -29,6 +29,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    META_END_OFFSETS,
+    OP,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_FIRST_COMPLETED_VERSION,
+    PROP_SNAPSHOT_SIGNAL,
+)
+from lakehouse.join.layout import BUILD_EVENT_TIME, BUILD_VERSION, MATCHED
 from soak.data import CDC_TOPIC, CdcRecord, ProbeRecord, reference
 
 _QUANTUM = Decimal("0.0001")
@@ -112,22 +123,21 @@ def _verify_build(
     from pyspark.sql import functions as F
 
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
 
     rows = (
         delta.read(spark, tables["build"])
         .select(
             "currency",
-            L.OP,
-            F.unix_millis(L.EVENT_TIME).alias("t"),
+            OP,
+            F.unix_millis(EVENT_TIME).alias("t"),
             "rate",
-            L.KAFKA_PARTITION,
-            L.KAFKA_OFFSET,
+            KAFKA_PARTITION,
+            KAFKA_OFFSET,
         )
         .collect()
     )
     actual = Counter(
-        (r["currency"], r[L.OP], r["t"], _rate(r["rate"]), r[L.KAFKA_PARTITION], r[L.KAFKA_OFFSET])
+        (r["currency"], r[OP], r["t"], _rate(r["rate"]), r[KAFKA_PARTITION], r[KAFKA_OFFSET])
         for r in rows
     )
     expected = Counter(
@@ -157,10 +167,10 @@ def _verify_build(
     result.checks.append(
         Check(
             "snapshot marker set",
-            props.get(L.PROP_SNAPSHOT_COMPLETE) == "true",
-            f"complete={props.get(L.PROP_SNAPSHOT_COMPLETE)}, signal="
-            f"{props.get(L.PROP_SNAPSHOT_SIGNAL)}, first completed version="
-            f"{props.get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION)}",
+            props.get(PROP_SNAPSHOT_COMPLETE) == "true",
+            f"complete={props.get(PROP_SNAPSHOT_COMPLETE)}, signal="
+            f"{props.get(PROP_SNAPSHOT_SIGNAL)}, first completed version="
+            f"{props.get(PROP_SNAPSHOT_FIRST_COMPLETED_VERSION)}",
         )
     )
 
@@ -201,7 +211,6 @@ def _verify_join(
     from pyspark.sql import functions as F
 
     from lakehouse import delta
-    from lakehouse.join import layout as J
 
     figures = result.joins.setdefault(mode, JoinFigures())
     out_uri, pending_table, dead_uri = (
@@ -215,9 +224,9 @@ def _verify_join(
             "order_id",
             "currency",
             "rate",
-            J.MATCHED,
-            J.BUILD_VERSION,
-            F.unix_millis(J.BUILD_EVENT_TIME).alias("bt"),
+            MATCHED,
+            BUILD_VERSION,
+            F.unix_millis(BUILD_EVENT_TIME).alias("bt"),
         )
         .collect()
         if delta.table_exists(out_uri)
@@ -285,8 +294,8 @@ def _verify_join(
     for r in out:
         if r["order_id"] in actual:
             continue  # counted as duplicated above
-        actual[r["order_id"]] = (_rate(r["rate"]), r["bt"]) if r[J.MATCHED] else None
-        versions_of[r["order_id"]] = r[J.BUILD_VERSION]
+        actual[r["order_id"]] = (_rate(r["rate"]), r["bt"]) if r[MATCHED] else None
+        versions_of[r["order_id"]] = r[BUILD_VERSION]
     if mode == "rowtime":
         _check_rowtime(tables, changes, valid, actual, set(pending), figures, result)
     else:
@@ -399,13 +408,12 @@ def _check_proctime(
     result: Verification,
 ) -> None:
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
 
     # what each build table version had consumed of the CDC topic: the running maximum of
     # the end offsets its data commits record
     commits: list[tuple[int, dict[int, int]]] = []
     for entry in delta.history(tables["build"]):
-        text = entry.metadata.get(L.META_END_OFFSETS)
+        text = entry.metadata.get(META_END_OFFSETS)
         if text:
             ends = json.loads(text).get(CDC_TOPIC, {})
             commits.append((entry.version, {int(p): int(o) for p, o in ends.items()}))
@@ -423,7 +431,7 @@ def _check_proctime(
         return cumulative[i] if i >= 0 else {}
 
     props = delta.get_properties(tables["build"])
-    first_complete = int(props.get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, -1))
+    first_complete = int(props.get(PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, -1))
     keyed: dict[Any, list[CdcRecord]] = defaultdict(list)
     truncates = [r for r in changes if r.version.op == "t"]
     for r in changes:

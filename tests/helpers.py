@@ -12,6 +12,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lakehouse.dimension.layout import (
+    META_BATCH_ID,
+    META_MAX_EVENT_TIME,
+    META_WATERMARK,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_TABLE_KIND,
+)
+
 #: The one entry of the suite's ``LAKEHOUSE_SPARK_CONF`` (tests/conftest.py) that is not a JVM
 #: option: projections and predicates interpreted instead of generated and compiled.
 INTERPRETED_PROJECTIONS = "spark.sql.codegen.factoryMode=NO_CODEGEN"
@@ -64,12 +73,11 @@ def data_commit_of_batch(uri: str, batch_id: int) -> int:
     created where files already are (a writer's lease, recorded Connect schemas) takes two
     commits to create, so version numbers alone do not say which commit holds the data."""
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
 
     versions = [
         c.version
         for c in delta.history(uri)
-        if c.operation == "WRITE" and c.metadata.get(L.META_BATCH_ID) == str(batch_id)
+        if c.operation == "WRITE" and c.metadata.get(META_BATCH_ID) == str(batch_id)
     ]
     assert len(versions) == 1, f"batch {batch_id} made {len(versions)} data commits in {uri}"
     return versions[0]
@@ -95,7 +103,6 @@ def write_build_table(
     from pyspark.sql.types import StructType
 
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
     from lakehouse.dimension.marker import set_marker
 
     schema = StructType.fromDDL(
@@ -124,9 +131,9 @@ def write_build_table(
             uri,
             schema,
             properties={
-                L.PROP_PRIMARY_KEY: key,
-                L.PROP_SNAPSHOT_COMPLETE: "false",
-                L.PROP_TABLE_KIND: "build",
+                PROP_PRIMARY_KEY: key,
+                PROP_SNAPSHOT_COMPLETE: "false",
+                PROP_TABLE_KIND: "build",
             },
         )
     max_t = max((v.time for v in versions), default=None) if versions else None
@@ -138,12 +145,12 @@ def write_build_table(
         uri,
         txn=("build-test", batch_id),
         metadata={
-            L.META_BATCH_ID: batch_id,
-            L.META_WATERMARK: wm,
-            L.META_MAX_EVENT_TIME: max_t if max_t is not None else "",
+            META_BATCH_ID: batch_id,
+            META_WATERMARK: wm,
+            META_MAX_EVENT_TIME: max_t if max_t is not None else "",
         },
     )
-    if complete and delta.get_properties(uri).get(L.PROP_SNAPSHOT_COMPLETE) != "true":
+    if complete and delta.get_properties(uri).get(PROP_SNAPSHOT_COMPLETE) != "true":
         set_marker(uri, signal="test", data_version=result.version)
     return result.version
 

@@ -21,7 +21,22 @@ from helpers import assert_rows_equal
 
 from lakehouse import delta
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    KAFKA_OFFSET,
+    OP,
+    PROP_CONNECT_SCHEMAS,
+    PROP_EVENT_TIME,
+    PROP_PRIMARY_KEY,
+    PROP_SCHEMA_BLOCK,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SNAPSHOT_STATE,
+    PROP_SOURCE_TABLE,
+    PROP_TABLE_KIND,
+    SEQ,
+    SNAPSHOT,
+)
 from lakehouse.testing import DebeziumTable
 
 START_MS = 1_700_000_000_000
@@ -235,7 +250,7 @@ def stream(start: Callable[..., Any]) -> Callable[[Any, Run], None]:
 
 
 def build_rows(spark: Any, uri: str) -> list[Any]:
-    cols = ["currency", "rate", L.OP, L.EVENT_TIME, L.SEQ, L.SNAPSHOT, L.KAFKA_OFFSET]
+    cols = ["currency", "rate", OP, EVENT_TIME, SEQ, SNAPSHOT, KAFKA_OFFSET]
     return delta.read(spark, uri).select(*cols).collect()
 
 
@@ -246,15 +261,15 @@ def dead_rows(spark: Any, uri: str) -> list[Any]:
 #: Build-table properties that must end the same (versions and times may differ: a
 #: restart may add a commit, such as the one that finishes an interrupted creation).
 SAME_PROPERTIES = (
-    L.PROP_TABLE_KIND,
-    L.PROP_PRIMARY_KEY,
-    L.PROP_EVENT_TIME,
-    L.PROP_SOURCE_TABLE,
-    L.PROP_SNAPSHOT_COMPLETE,
-    L.PROP_SNAPSHOT_STATE,
-    L.PROP_SNAPSHOT_SIGNAL,
-    L.PROP_SCHEMA_BLOCK,
-    L.PROP_CONNECT_SCHEMAS,
+    PROP_TABLE_KIND,
+    PROP_PRIMARY_KEY,
+    PROP_EVENT_TIME,
+    PROP_SOURCE_TABLE,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_STATE,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SCHEMA_BLOCK,
+    PROP_CONNECT_SCHEMAS,
 )
 
 
@@ -262,10 +277,10 @@ def same_properties(props: dict[str, str]) -> dict[str, Any]:
     """The :data:`SAME_PROPERTIES` of a build table, as two runs over the same input must have
     them: of an open schema block, what it blocks on (not where, when, nor which table)."""
     out: dict[str, Any] = {k: props.get(k) for k in SAME_PROPERTIES}
-    if out.get(L.PROP_SCHEMA_BLOCK):
-        block = json.loads(out[L.PROP_SCHEMA_BLOCK])
+    if out.get(PROP_SCHEMA_BLOCK):
+        block = json.loads(out[PROP_SCHEMA_BLOCK])
         same = ("column", "table_type", "record_type", "batch_id", "pipeline", "watermark_ms")
-        out[L.PROP_SCHEMA_BLOCK] = {k: block.get(k) for k in same}
+        out[PROP_SCHEMA_BLOCK] = {k: block.get(k) for k in same}
     return out
 
 

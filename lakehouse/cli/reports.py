@@ -14,7 +14,7 @@ from lakehouse.cli._shared import (
     spark_for,
 )
 from lakehouse.errors import ConfigError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import META_BATCH_ID
 
 # --------------------------------------------------------------------------------- quality
 
@@ -133,7 +133,7 @@ def smoke(
     shutil.rmtree(directory, ignore_errors=True)
     uri = str(directory / "table")
     df = spark.sql("SELECT id, CAST(id * 1.5 AS DECIMAL(10, 2)) AS amount FROM range(5)")
-    result = delta.append(df, uri, txn=("smoke", 0), metadata={J.META_BATCH_ID: 0})
+    result = delta.append(df, uri, txn=("smoke", 0), metadata={META_BATCH_ID: 0})
     replay = delta.append(df, uri, txn=("smoke", 0))
     back = delta.read(spark, uri).orderBy("id").collect()
     console.print(

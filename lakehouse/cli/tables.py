@@ -18,9 +18,18 @@ from lakehouse.cli._shared import (
 )
 from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
+from lakehouse.dimension.layout import (
+    META_SCHEMA_CHANGES,
+    META_WATERMARK,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_AT,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_SIGNAL,
+)
 from lakehouse.dimension.scd import backquoted, dimension_views
 from lakehouse.errors import ConfigError, UnsupportedTableError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import META_PENDING_BOUND_ALERT, META_PENDING_ROWS, META_STATE
 from lakehouse.table_kinds import TableKind, describe, kind_of
 
 if TYPE_CHECKING:
@@ -38,7 +47,6 @@ def status(
 ) -> None:
     """Show a table's marker, versions, watermark, backlog and recent batches."""
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
     from lakehouse.progress import describe_watermark
 
     version = delta.latest_version(table)
@@ -59,35 +67,35 @@ def status(
     kind = kind_of(props)
     summary.add_row("kind", describe(props))
     if kind is TableKind.BUILD:
-        complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false")
-        summary.add_row("key", props.get(L.PROP_PRIMARY_KEY, "-"))
+        complete = props.get(PROP_SNAPSHOT_COMPLETE, "false")
+        summary.add_row("key", props.get(PROP_PRIMARY_KEY, "-"))
         summary.add_row("snapshot complete", complete)
         for label, key in (
-            ("completed at", L.PROP_SNAPSHOT_COMPLETED_AT),
-            ("completed version", L.PROP_SNAPSHOT_COMPLETED_VERSION),
-            ("signal", L.PROP_SNAPSHOT_SIGNAL),
+            ("completed at", PROP_SNAPSHOT_COMPLETED_AT),
+            ("completed version", PROP_SNAPSHOT_COMPLETED_VERSION),
+            ("signal", PROP_SNAPSHOT_SIGNAL),
         ):
             if key in props:
                 summary.add_row(label, props[key])
         wm = next(
-            (h.metadata[L.META_WATERMARK] for h in history if h.metadata.get(L.META_WATERMARK)),
+            (h.metadata[META_WATERMARK] for h in history if h.metadata.get(META_WATERMARK)),
             None,
         )
         summary.add_row("build watermark", describe_watermark(wm))
         _schema_rows(summary, table, props, history)
-    pending = next((h.metadata for h in history if J.META_PENDING_ROWS in h.metadata), None)
+    pending = next((h.metadata for h in history if META_PENDING_ROWS in h.metadata), None)
     if kind is TableKind.PENDING or (kind is None and pending is not None):
         import json
 
         pending = pending or {}
-        summary.add_row("pending backlog", pending.get(J.META_PENDING_ROWS, str(rows)))
-        state = json.loads(pending.get(J.META_STATE, "{}"))
+        summary.add_row("pending backlog", pending.get(META_PENDING_ROWS, str(rows)))
+        state = json.loads(pending.get(META_STATE, "{}"))
         if "combined" in state:
             summary.add_row("combined watermark", describe_watermark(json.dumps(state["combined"])))
         if state.get("evictedTotal"):
             summary.add_row("evicted by the pending bound", str(state["evictedTotal"]))
         alert = next(
-            (h.metadata for h in history if h.metadata.get(J.META_PENDING_BOUND_ALERT)), None
+            (h.metadata for h in history if h.metadata.get(META_PENDING_BOUND_ALERT)), None
         )
         if alert is not None:
             summary.add_row(
@@ -122,7 +130,6 @@ def _schema_rows(summary: Table, table: str, props: dict[str, str], history: lis
     last Debezium schema change (DDL) recorded."""
     import json
 
-    from lakehouse.dimension import layout as L
     from lakehouse.dimension.schema_block import blocked_total, last_resolved, open_block
 
     block = open_block(props)
@@ -141,9 +148,9 @@ def _schema_rows(summary: Table, table: str, props: dict[str, str], history: lis
             f"{resolved['reason']} (replayed {resolved['replayed']}, left dead-lettered "
             f"{resolved['stillIncompatible']})",
         )
-    ddl = next((h for h in history if h.metadata.get(L.META_SCHEMA_CHANGES)), None)
+    ddl = next((h for h in history if h.metadata.get(META_SCHEMA_CHANGES)), None)
     if ddl is not None:
-        events = json.loads(ddl.metadata[L.META_SCHEMA_CHANGES])
+        events = json.loads(ddl.metadata[META_SCHEMA_CHANGES])
         summary.add_row(
             "last schema change",
             f"version {ddl.version}: {short(str(events[-1].get('ddl')), 100)}"

@@ -44,6 +44,12 @@ from lakehouse.demo.data import (
     make_demo_data,
     order_record,
 )
+from lakehouse.dimension.layout import (
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_AT,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_SIGNAL,
+)
 
 if TYPE_CHECKING:
     from lakehouse.demo.database import DemoDatabase
@@ -739,7 +745,6 @@ def _finish(
 ) -> int:
     from lakehouse import delta
     from lakehouse.config import JoinConfig
-    from lakehouse.dimension import layout as L
     from lakehouse.quality import run_quality_report
     from lakehouse.runner import join_options
 
@@ -762,10 +767,10 @@ def _finish(
     summary.add_row("dead-lettered CDC records", str(stats.dead_lettered))
     summary.add_row(
         "snapshot marker",
-        f"{props.get(L.PROP_SNAPSHOT_COMPLETE)} at "
-        f"{props.get(L.PROP_SNAPSHOT_COMPLETED_AT, '-')} (version "
-        f"{props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION, '-')}, signal "
-        f"{props.get(L.PROP_SNAPSHOT_SIGNAL, '-')})",
+        f"{props.get(PROP_SNAPSHOT_COMPLETE)} at "
+        f"{props.get(PROP_SNAPSHOT_COMPLETED_AT, '-')} (version "
+        f"{props.get(PROP_SNAPSHOT_COMPLETED_VERSION, '-')}, signal "
+        f"{props.get(PROP_SNAPSHOT_SIGNAL, '-')})",
     )
     for name in ("rowtime", "proctime"):
         s = stats.join_stats(name)

@@ -19,7 +19,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    META_BATCH_ID,
+    META_END_OFFSETS,
+    META_MAX_EVENT_TIME,
+    META_PIPELINE,
+    META_ROWS,
+    META_SCHEMA_BLOCKED,
+    META_SCHEMA_BLOCKED_TOTAL,
+    META_SCHEMA_CHANGES,
+    META_SNAPSHOT_ENDED,
+    META_SNAPSHOT_STATE,
+    META_WATERMARK,
+    PROP_CONNECT_SCHEMAS,
+    PROP_EVENT_TIME,
+    PROP_PRIMARY_KEY,
+    PROP_SCHEMA_BLOCK,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_RESNAPSHOT_JOIN,
+    PROP_SNAPSHOT_STATE,
+    PROP_SOURCE_TABLE,
+)
 from lakehouse.dimension.marker import phase_of
 from lakehouse.dimension.plan import MAX_DDL_PER_COMMIT
 from lakehouse.dimension.schema_block import SchemaBlock, open_block
@@ -80,9 +100,9 @@ class TargetLook:
         >>> look.max_event_time_ms, look.watermark_ms, look.blocked_total
         (100, 90, 0)
         """
-        wanted = [L.META_MAX_EVENT_TIME, L.META_WATERMARK, L.META_SNAPSHOT_STATE]
-        if properties.get(L.PROP_SCHEMA_BLOCK):
-            wanted.append(L.META_SCHEMA_BLOCKED_TOTAL)
+        wanted = [META_MAX_EVENT_TIME, META_WATERMARK, META_SNAPSHOT_STATE]
+        if properties.get(PROP_SCHEMA_BLOCK):
+            wanted.append(META_SCHEMA_BLOCKED_TOTAL)
         found: dict[str, str] = {}
         for entry in metadata:
             for key in wanted:
@@ -90,8 +110,8 @@ class TargetLook:
                     found[key] = entry[key]
             if len(found) == len(wanted):
                 break
-        max_ts = found.get(L.META_MAX_EVENT_TIME)
-        watermark = found.get(L.META_WATERMARK)
+        max_ts = found.get(META_MAX_EVENT_TIME)
+        watermark = found.get(META_WATERMARK)
         return cls(
             exists=True,
             version=version,
@@ -99,8 +119,8 @@ class TargetLook:
             replay=replay,
             max_event_time_ms=int(max_ts) if max_ts is not None else None,
             watermark_ms=int(watermark) if watermark is not None else WATERMARK_MIN,
-            blocked_total=int(found.get(L.META_SCHEMA_BLOCKED_TOTAL) or 0),
-            snapshot_state=found.get(L.META_SNAPSHOT_STATE),
+            blocked_total=int(found.get(META_SCHEMA_BLOCKED_TOTAL) or 0),
+            snapshot_state=found.get(META_SNAPSHOT_STATE),
         )
 
 
@@ -202,27 +222,27 @@ def plan_commit(
     props = look.properties
     key = ",".join(plan.key_columns)
     creation = {
-        L.PROP_PRIMARY_KEY: key,
-        L.PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
-        L.PROP_SOURCE_TABLE: target.source_table or "*",
-        L.PROP_SNAPSHOT_COMPLETE: "false",
-        L.PROP_SNAPSHOT_STATE: "loading",
-        L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
+        PROP_PRIMARY_KEY: key,
+        PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
+        PROP_SOURCE_TABLE: target.source_table or "*",
+        PROP_SNAPSHOT_COMPLETE: "false",
+        PROP_SNAPSHOT_STATE: "loading",
+        PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
         **creation_properties(TableKind.BUILD, pipeline_id),
     }
     if connect_schemas is not None and not look.exists:
-        creation[L.PROP_CONNECT_SCHEMAS] = connect_schemas
+        creation[PROP_CONNECT_SCHEMAS] = connect_schemas
         connect_schemas = None  # set with the creation
     create = None
     if not look.exists:
         create = props = creation
-    elif L.PROP_SNAPSHOT_COMPLETE not in props:
+    elif PROP_SNAPSHOT_COMPLETE not in props:
         # every build table gets the marker's key when it is created: without it, a crash
         # fell between the creation's empty commit and its properties; finish the creation
         create = {k: v for k, v in creation.items() if k not in props}
         props = {**props, **create}
     # a table a signal created before its first row learns its key from that row
-    learn_key = key if key and not props.get(L.PROP_PRIMARY_KEY) and not look.replay else None
+    learn_key = key if key and not props.get(PROP_PRIMARY_KEY) and not look.replay else None
 
     known = [v for v in (look.max_event_time_ms, rows.max_event_time_ms) if v is not None]
     max_ts = max(known, default=None)
@@ -245,24 +265,24 @@ def plan_commit(
     )
 
     metadata: dict[str, Any] = {
-        L.META_BATCH_ID: batch_id,
-        L.META_PIPELINE: pipeline_id,
-        L.META_WATERMARK: watermark,
-        L.META_MAX_EVENT_TIME: max_ts if max_ts is not None else "",
-        L.META_END_OFFSETS: {t: dict(p) for t, p in end_offsets.items()},
-        L.META_ROWS: rows.count,
-        L.META_SNAPSHOT_STATE: decision.state.to_json(),
+        META_BATCH_ID: batch_id,
+        META_PIPELINE: pipeline_id,
+        META_WATERMARK: watermark,
+        META_MAX_EVENT_TIME: max_ts if max_ts is not None else "",
+        META_END_OFFSETS: {t: dict(p) for t, p in end_offsets.items()},
+        META_ROWS: rows.count,
+        META_SNAPSHOT_STATE: decision.state.to_json(),
     }
     if decision.fire is not None:
-        metadata[L.META_SNAPSHOT_ENDED] = decision.fire.signal
+        metadata[META_SNAPSHOT_ENDED] = decision.fire.signal
     blocked_so_far = 0
     if block is not None:
         blocked_so_far = plan.blocked_count + (0 if starts_now else look.blocked_total)
-        metadata[L.META_SCHEMA_BLOCKED] = plan.blocked_count
-        metadata[L.META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
+        metadata[META_SCHEMA_BLOCKED] = plan.blocked_count
+        metadata[META_SCHEMA_BLOCKED_TOTAL] = blocked_so_far
     if plan.schema_changes:
-        metadata[L.META_SCHEMA_CHANGES] = plan.schema_changes[:MAX_DDL_PER_COMMIT]
-    state = metadata[L.META_SNAPSHOT_STATE]
+        metadata[META_SCHEMA_CHANGES] = plan.schema_changes[:MAX_DDL_PER_COMMIT]
+    state = metadata[META_SNAPSHOT_STATE]
     changes_nothing = (
         look.exists
         and not look.replay

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import PROP_CONNECT_SCHEMAS
 from lakehouse.storage import filesystem
 
 #: Folder, under the table, of the schema files.
@@ -182,4 +182,4 @@ def newest_in_batch(
 
 def recorded(props: Mapping[str, str]) -> Recorded:
     """The table's recorded schemas (see :class:`Recorded`)."""
-    return Recorded.parse(props.get(L.PROP_CONNECT_SCHEMAS))
+    return Recorded.parse(props.get(PROP_CONNECT_SCHEMAS))

@@ -37,8 +37,8 @@ from lakehouse.cdc import (
     parse_schema,
 )
 from lakehouse.cdc import row_to_json as _row_to_json
-from lakehouse.dimension import layout as L
 from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, decode_fast, schema_mark
+from lakehouse.dimension.layout import LINEAGE_COLUMNS
 from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp
 
 
 #: The build table's lineage column names, case-folded (a source column may not take one).
-_RESERVED_FOLDED: Final = frozenset(c.casefold() for c in L.LINEAGE_COLUMNS)
+_RESERVED_FOLDED: Final = frozenset(c.casefold() for c in LINEAGE_COLUMNS)
 
 
 def decode_record(

@@ -45,7 +45,7 @@ from lakehouse.cdc.wire import (
     compile_value,
     schema_prefix,
 )
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import LINEAGE_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
@@ -57,7 +57,7 @@ MAX_KNOWN: Final = 16
 #: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
 MAX_MARKS: Final = 8 * MAX_KNOWN
 
-_RESERVED: Final = frozenset(c.casefold() for c in L.LINEAGE_COLUMNS)
+_RESERVED: Final = frozenset(c.casefold() for c in LINEAGE_COLUMNS)
 _JSON_OPTIONS: Final = {
     "mode": "PERMISSIVE",
     "columnNameOfCorruptRecord": "_corrupt",

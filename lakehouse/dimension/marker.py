@@ -53,7 +53,29 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    META_BATCH_ID,
+    META_MAX_EVENT_TIME,
+    META_SNAPSHOT_ENDED,
+    META_SNAPSHOT_SIGNAL,
+    META_SNAPSHOT_STATE,
+    META_WATERMARK,
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_AT,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_COVERED_OFFSETS,
+    PROP_SNAPSHOT_FIRST_COMPLETED_VERSION,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    PROP_SNAPSHOT_LAST_NOTIFICATION,
+    PROP_SNAPSHOT_REASON,
+    PROP_SNAPSHOT_RESNAPSHOT_AT,
+    PROP_SNAPSHOT_RESNAPSHOT_FROM,
+    PROP_SNAPSHOT_RESNAPSHOT_JOIN,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SNAPSHOT_SIGNAL_DETAIL,
+    PROP_SNAPSHOT_STATE,
+)
 from lakehouse.dimension.signals import (
     Offsets,
     Phase,
@@ -70,7 +92,7 @@ _HISTORY_LIMIT = 64
 
 def is_complete(props: Mapping[str, str]) -> bool:
     """Whether table properties say the snapshot phase is complete."""
-    return props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
+    return props.get(PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
 
 
 def complete_at(uri: str, version: int) -> bool:
@@ -83,7 +105,7 @@ def complete_at(uri: str, version: int) -> bool:
 def phase_of(props: Mapping[str, str]) -> Phase:
     """The table's phase: ``loading``, ``complete`` or ``resnapshot`` (older tables have no
     ``lakehouse.snapshot.state``: derived from ``complete``)."""
-    state = props.get(L.PROP_SNAPSHOT_STATE, "")
+    state = props.get(PROP_SNAPSHOT_STATE, "")
     if is_complete(props):
         return "complete"
     return "resnapshot" if state == "resnapshot" else "loading"
@@ -136,31 +158,31 @@ def set_marker(
         detail: what exactly set it (notification type and collection, record position).
         extra: more properties to set in the same commit.
     """
-    meta: dict[str, Any] = {L.META_SNAPSHOT_SIGNAL: signal}
+    meta: dict[str, Any] = {META_SNAPSHOT_SIGNAL: signal}
     first: dict[str, str] = {}
-    if not delta.get_properties(uri).get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION):
-        first[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION] = str(data_version)
+    if not delta.get_properties(uri).get(PROP_SNAPSHOT_FIRST_COMPLETED_VERSION):
+        first[PROP_SNAPSHOT_FIRST_COMPLETED_VERSION] = str(data_version)
     if batch_id is not None:
-        meta[L.META_BATCH_ID] = batch_id
+        meta[META_BATCH_ID] = batch_id
     if reason is not None:
         meta[delta.META_REASON] = reason
     return delta.set_properties(
         uri,
         {
-            L.PROP_SNAPSHOT_COMPLETE: "true",
-            L.PROP_SNAPSHOT_STATE: "complete",
-            L.PROP_SNAPSHOT_COMPLETED_AT: now_iso(),
-            L.PROP_SNAPSHOT_COMPLETED_VERSION: str(data_version),
-            L.PROP_SNAPSHOT_SIGNAL: signal,
-            L.PROP_SNAPSHOT_SIGNAL_DETAIL: detail or "",
-            L.PROP_SNAPSHOT_COVERED_OFFSETS: (
+            PROP_SNAPSHOT_COMPLETE: "true",
+            PROP_SNAPSHOT_STATE: "complete",
+            PROP_SNAPSHOT_COMPLETED_AT: now_iso(),
+            PROP_SNAPSHOT_COMPLETED_VERSION: str(data_version),
+            PROP_SNAPSHOT_SIGNAL: signal,
+            PROP_SNAPSHOT_SIGNAL_DETAIL: detail or "",
+            PROP_SNAPSHOT_COVERED_OFFSETS: (
                 json.dumps(merge_offsets(covered_offsets)) if covered_offsets else ""
             ),
-            L.PROP_SNAPSHOT_REASON: reason or "",
-            L.PROP_SNAPSHOT_RESNAPSHOT_FROM: "",
-            L.PROP_SNAPSHOT_LAST_COMPLETE: "",
-            L.PROP_SNAPSHOT_RESNAPSHOT_AT: "",
-            L.PROP_SNAPSHOT_ALERT: "",
+            PROP_SNAPSHOT_REASON: reason or "",
+            PROP_SNAPSHOT_RESNAPSHOT_FROM: "",
+            PROP_SNAPSHOT_LAST_COMPLETE: "",
+            PROP_SNAPSHOT_RESNAPSHOT_AT: "",
+            PROP_SNAPSHOT_ALERT: "",
             **first,
             **dict(extra or {}),
         },
@@ -179,16 +201,16 @@ def start_resnapshot(uri: str, *, batch_id: int, join: str = "last-complete") ->
     return delta.set_properties(
         uri,
         {
-            L.PROP_SNAPSHOT_COMPLETE: "false",
-            L.PROP_SNAPSHOT_STATE: "resnapshot",
-            L.PROP_SNAPSHOT_LAST_COMPLETE: str(last_complete),
-            L.PROP_SNAPSHOT_RESNAPSHOT_FROM: str(last_complete + 1),
-            L.PROP_SNAPSHOT_RESNAPSHOT_AT: now_iso(),
-            L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: join,
+            PROP_SNAPSHOT_COMPLETE: "false",
+            PROP_SNAPSHOT_STATE: "resnapshot",
+            PROP_SNAPSHOT_LAST_COMPLETE: str(last_complete),
+            PROP_SNAPSHOT_RESNAPSHOT_FROM: str(last_complete + 1),
+            PROP_SNAPSHOT_RESNAPSHOT_AT: now_iso(),
+            PROP_SNAPSHOT_RESNAPSHOT_JOIN: join,
         },
         metadata={
-            L.META_SNAPSHOT_SIGNAL: "resnapshot",
-            L.META_BATCH_ID: batch_id,
+            META_SNAPSHOT_SIGNAL: "resnapshot",
+            META_BATCH_ID: batch_id,
             delta.META_REASON: "snapshot rows arrived after the marker: a re-snapshot started",
         },
     )
@@ -198,9 +220,9 @@ def notification_properties(
     notification: Mapping[str, Any] | None, alert: str | None
 ) -> dict[str, str]:
     """The properties that surface the last notification and the alert."""
-    props = {L.PROP_SNAPSHOT_ALERT: alert or ""}
+    props = {PROP_SNAPSHOT_ALERT: alert or ""}
     if notification is not None:
-        props[L.PROP_SNAPSHOT_LAST_NOTIFICATION] = json.dumps(dict(notification), sort_keys=True)
+        props[PROP_SNAPSHOT_LAST_NOTIFICATION] = json.dumps(dict(notification), sort_keys=True)
     return props
 
 
@@ -211,7 +233,7 @@ def record_notification(
     return delta.set_properties(
         uri,
         notification_properties(notification, alert),
-        metadata={L.META_BATCH_ID: batch_id, L.META_SNAPSHOT_SIGNAL: "notification"},
+        metadata={META_BATCH_ID: batch_id, META_SNAPSHOT_SIGNAL: "notification"},
     )
 
 
@@ -221,7 +243,7 @@ def last_signal_state(uri: str) -> tuple[int | None, SignalState]:
     if not delta.table_exists(uri):
         return None, SignalState()
     for entry in delta.history(uri, limit=_HISTORY_LIMIT):
-        text = entry.metadata.get(L.META_SNAPSHOT_STATE)
+        text = entry.metadata.get(META_SNAPSHOT_STATE)
         if text:
             return entry.version, SignalState.from_json(text)
     return None, SignalState()
@@ -243,15 +265,15 @@ def heal_marker(uri: str) -> bool:
         return False
     since = -1
     if phase_of(props) == "resnapshot":
-        since = _int_prop(props, L.PROP_SNAPSHOT_RESNAPSHOT_FROM) or -1
+        since = _int_prop(props, PROP_SNAPSHOT_RESNAPSHOT_FROM) or -1
     for entry in reversed(delta.history(uri)):  # oldest first: the first signal counts
         if entry.version <= since:
             continue
-        signal = entry.metadata.get(L.META_SNAPSHOT_ENDED)
+        signal = entry.metadata.get(META_SNAPSHOT_ENDED)
         if signal:
-            state = SignalState.from_json(entry.metadata.get(L.META_SNAPSHOT_STATE))
+            state = SignalState.from_json(entry.metadata.get(META_SNAPSHOT_STATE))
             fired = state.fired
-            batch = entry.metadata.get(L.META_BATCH_ID)
+            batch = entry.metadata.get(META_BATCH_ID)
             set_marker(
                 uri,
                 signal=signal,
@@ -317,24 +339,24 @@ class SnapshotStatus:
         p = self.properties
         out: list[tuple[str, str]] = [
             ("state", self.phase),
-            ("complete", p.get(L.PROP_SNAPSHOT_COMPLETE, "false")),
+            ("complete", p.get(PROP_SNAPSHOT_COMPLETE, "false")),
         ]
         for label, key in (
-            ("signal", L.PROP_SNAPSHOT_SIGNAL),
-            ("signal detail", L.PROP_SNAPSHOT_SIGNAL_DETAIL),
-            ("completed at", L.PROP_SNAPSHOT_COMPLETED_AT),
-            ("completed version", L.PROP_SNAPSHOT_COMPLETED_VERSION),
-            ("covered offsets", L.PROP_SNAPSHOT_COVERED_OFFSETS),
-            ("reason", L.PROP_SNAPSHOT_REASON),
-            ("re-snapshot started at", L.PROP_SNAPSHOT_RESNAPSHOT_AT),
-            ("re-snapshot from version", L.PROP_SNAPSHOT_RESNAPSHOT_FROM),
-            ("joins read version", L.PROP_SNAPSHOT_LAST_COMPLETE),
-            ("joins during a re-snapshot", L.PROP_SNAPSHOT_RESNAPSHOT_JOIN),
-            ("last notification", L.PROP_SNAPSHOT_LAST_NOTIFICATION),
-            ("ALERT", L.PROP_SNAPSHOT_ALERT),
+            ("signal", PROP_SNAPSHOT_SIGNAL),
+            ("signal detail", PROP_SNAPSHOT_SIGNAL_DETAIL),
+            ("completed at", PROP_SNAPSHOT_COMPLETED_AT),
+            ("completed version", PROP_SNAPSHOT_COMPLETED_VERSION),
+            ("covered offsets", PROP_SNAPSHOT_COVERED_OFFSETS),
+            ("reason", PROP_SNAPSHOT_REASON),
+            ("re-snapshot started at", PROP_SNAPSHOT_RESNAPSHOT_AT),
+            ("re-snapshot from version", PROP_SNAPSHOT_RESNAPSHOT_FROM),
+            ("joins read version", PROP_SNAPSHOT_LAST_COMPLETE),
+            ("joins during a re-snapshot", PROP_SNAPSHOT_RESNAPSHOT_JOIN),
+            ("last notification", PROP_SNAPSHOT_LAST_NOTIFICATION),
+            ("ALERT", PROP_SNAPSHOT_ALERT),
         ):
             value = p.get(key, "")
-            if key == L.PROP_SNAPSHOT_LAST_COMPLETE and self.phase != "resnapshot":
+            if key == PROP_SNAPSHOT_LAST_COMPLETE and self.phase != "resnapshot":
                 continue
             if value:
                 out.append((label, value))
@@ -386,7 +408,7 @@ def snapshot_status(uri: str) -> SnapshotStatus:
 
 def covered_offsets(props: Mapping[str, str]) -> Offsets | None:
     """The covered offsets recorded with the marker, if any."""
-    return offsets_from_text(props.get(L.PROP_SNAPSHOT_COVERED_OFFSETS))
+    return offsets_from_text(props.get(PROP_SNAPSHOT_COVERED_OFFSETS))
 
 
 def last_metadata(uri: str, key: str) -> str | None:
@@ -400,11 +422,11 @@ def last_metadata(uri: str, key: str) -> str | None:
 
 def last_max_event_time(uri: str) -> int | None:
     """The largest committed event time (ms), as recorded by the last data commit."""
-    value = last_metadata(uri, L.META_MAX_EVENT_TIME)
+    value = last_metadata(uri, META_MAX_EVENT_TIME)
     return int(value) if value is not None else None
 
 
 def last_watermark(uri: str) -> int:
     """The last recorded build watermark (ms), WATERMARK_MIN if none."""
-    value = last_metadata(uri, L.META_WATERMARK)
+    value = last_metadata(uri, META_WATERMARK)
     return int(value) if value is not None else WATERMARK_MIN

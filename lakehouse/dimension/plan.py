@@ -19,7 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.delta.types import fits, value_checked, widened
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    INGESTED_AT,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    LINEAGE_COLUMNS,
+    OP,
+    PROP_PRIMARY_KEY,
+    SEQ,
+    SNAPSHOT,
+    SNAPSHOT_PHASES,
+)
 from lakehouse.dimension.signals import Offsets
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
@@ -226,7 +238,7 @@ def plan_target(
 
     # Column types: the table's where it has the column, else the first concrete type seen.
     chosen: dict[str, DataType] = dict(table_types)
-    order: list[str] = [n for n in table_types if n not in L.LINEAGE_COLUMNS]
+    order: list[str] = [n for n in table_types if n not in LINEAGE_COLUMNS]
     untyped: list[str] = []  # new columns seen only as NULL so far
     compatible: list[str] = []
     # column set -> (column, record type, table type, reason)
@@ -281,7 +293,7 @@ def plan_target(
 
     key_columns = tuple(target.key_columns)
     if not key_columns and exists:
-        stored = delta.get_properties(uri).get(L.PROP_PRIMARY_KEY, "")
+        stored = delta.get_properties(uri).get(PROP_PRIMARY_KEY, "")
         key_columns = tuple(c for c in stored.split(",") if c)
     if not key_columns:
         for r in summary:
@@ -429,14 +441,14 @@ def plan_target(
     )
     rows = good.select(
         *[F.col("_v")[n].alias(n) for n in order],
-        F.col("_op").alias(L.OP),
-        event_time.alias(L.EVENT_TIME),
-        seq.alias(L.SEQ),
-        F.col("_snapshot_phase").isin(*L.SNAPSHOT_PHASES).alias(L.SNAPSHOT),
-        F.current_timestamp().alias(L.INGESTED_AT),
-        F.col("topic").alias(L.KAFKA_TOPIC),
-        F.col("partition").alias(L.KAFKA_PARTITION),
-        F.col("offset").alias(L.KAFKA_OFFSET),
+        F.col("_op").alias(OP),
+        event_time.alias(EVENT_TIME),
+        seq.alias(SEQ),
+        F.col("_snapshot_phase").isin(*SNAPSHOT_PHASES).alias(SNAPSHOT),
+        F.current_timestamp().alias(INGESTED_AT),
+        F.col("topic").alias(KAFKA_TOPIC),
+        F.col("partition").alias(KAFKA_PARTITION),
+        F.col("offset").alias(KAFKA_OFFSET),
     )
     mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
     return TargetPlan(
@@ -592,7 +604,7 @@ def lineage_schema() -> StructType:
     from pyspark.sql.types import StructType
 
     return StructType.fromDDL(
-        f"{L.OP} string, {L.EVENT_TIME} timestamp, {L.SEQ} string, {L.SNAPSHOT} boolean, "
-        f"{L.INGESTED_AT} timestamp, {L.KAFKA_TOPIC} string, {L.KAFKA_PARTITION} int, "
-        f"{L.KAFKA_OFFSET} bigint"
+        f"{OP} string, {EVENT_TIME} timestamp, {SEQ} string, {SNAPSHOT} boolean, "
+        f"{INGESTED_AT} timestamp, {KAFKA_TOPIC} string, {KAFKA_PARTITION} int, "
+        f"{KAFKA_OFFSET} bigint"
     )

@@ -12,7 +12,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    INGESTED_AT,
+    KAFKA_TOPIC,
+    OP,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    ROW_IDENTITY,
+    SEQ,
+    SNAPSHOT,
+    SYNTHETIC_DELETE_TOPIC,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,7 +53,7 @@ def synthetic_deletes(
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
-    last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
+    last_complete = props.get(PROP_SNAPSHOT_LAST_COMPLETE, "")
     if not key_columns or not last_complete.isdigit():
         return None
     spark = SparkSession.getActiveSession()
@@ -53,7 +63,7 @@ def synthetic_deletes(
         return None
     identity = [
         c
-        for c in (*key_columns, *L.ROW_IDENTITY)
+        for c in (*key_columns, *ROW_IDENTITY)
         if c in table.columns  # a table written before a lineage column existed lacks it
     ]
     before = (
@@ -76,43 +86,41 @@ def synthetic_deletes(
         )
     touched = every.filter("_new").select(*key_columns).distinct()
     resnapshot_time = (
-        every.filter(F.col("_new") & F.col(L.SNAPSHOT)).agg(F.max(L.EVENT_TIME)).first()[0]
+        every.filter(F.col("_new") & F.col(SNAPSHOT)).agg(F.max(EVENT_TIME)).first()[0]
     )
-    truncated = every.filter(F.col(L.OP) == "t").agg(F.max(L.EVENT_TIME)).first()[0]
-    order = Window.partitionBy(*key_columns).orderBy(
-        F.col(L.EVENT_TIME).desc(), F.col(L.SEQ).desc()
-    )
+    truncated = every.filter(F.col(OP) == "t").agg(F.max(EVENT_TIME)).first()[0]
+    order = Window.partitionBy(*key_columns).orderBy(F.col(EVENT_TIME).desc(), F.col(SEQ).desc())
     latest = (
-        every.filter(F.col(L.OP) != "t")
+        every.filter(F.col(OP) != "t")
         .withColumn("_rn", F.row_number().over(order))
         .filter("_rn = 1")
-        .filter(F.col(L.OP) != "d")
+        .filter(F.col(OP) != "d")
     )
     if truncated is not None:
-        latest = latest.filter(F.col(L.EVENT_TIME) > F.lit(truncated))
+        latest = latest.filter(F.col(EVENT_TIME) > F.lit(truncated))
     live = latest.count()
     ghosts = latest.join(touched, list(key_columns), "left_anti")
     when = (
-        F.col(L.EVENT_TIME)
+        F.col(EVENT_TIME)
         if resnapshot_time is None
-        else F.greatest(F.col(L.EVENT_TIME), F.lit(resnapshot_time))
+        else F.greatest(F.col(EVENT_TIME), F.lit(resnapshot_time))
     )
     columns = []
     for f in table.schema.fields:
         if f.name in key_columns:
             columns.append(F.col(f.name))
-        elif f.name == L.OP:
-            columns.append(F.lit("d").alias(L.OP))
-        elif f.name == L.EVENT_TIME:
-            columns.append(when.alias(L.EVENT_TIME))
-        elif f.name == L.SEQ:
-            columns.append(F.concat(F.col(L.SEQ), F.lit("~resnapshot-delete")).alias(L.SEQ))
-        elif f.name == L.SNAPSHOT:
-            columns.append(F.lit(True).alias(L.SNAPSHOT))
-        elif f.name == L.INGESTED_AT:
-            columns.append(F.current_timestamp().alias(L.INGESTED_AT))
-        elif f.name == L.KAFKA_TOPIC:
-            columns.append(F.lit(L.SYNTHETIC_DELETE_TOPIC).alias(L.KAFKA_TOPIC))
+        elif f.name == OP:
+            columns.append(F.lit("d").alias(OP))
+        elif f.name == EVENT_TIME:
+            columns.append(when.alias(EVENT_TIME))
+        elif f.name == SEQ:
+            columns.append(F.concat(F.col(SEQ), F.lit("~resnapshot-delete")).alias(SEQ))
+        elif f.name == SNAPSHOT:
+            columns.append(F.lit(True).alias(SNAPSHOT))
+        elif f.name == INGESTED_AT:
+            columns.append(F.current_timestamp().alias(INGESTED_AT))
+        elif f.name == KAFKA_TOPIC:
+            columns.append(F.lit(SYNTHETIC_DELETE_TOPIC).alias(KAFKA_TOPIC))
         else:
             columns.append(F.lit(None).cast(f.dataType).alias(f.name))
     return ghosts.select(*columns), live

@@ -68,7 +68,23 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.delta.types import fits as fits
 from lakehouse.dimension import connect_schemas
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    META_BATCH_ID,
+    META_MAX_EVENT_TIME,
+    META_ROWS,
+    META_SCHEMA_BLOCKED_TOTAL,
+    META_SCHEMA_RESOLVED,
+    META_WATERMARK,
+    PROP_EVENT_TIME,
+    PROP_PRIMARY_KEY,
+    PROP_SCHEMA_BLOCK,
+    PROP_SCHEMA_LAST_RESOLVED,
+    PROP_SOURCE_TABLE,
+)
 from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_watermark, now_iso
 from lakehouse.dimension.plan import plan_target, summarise
 from lakehouse.dimension.targets import BuildTarget
@@ -140,13 +156,13 @@ class SchemaBlock:
 
 def open_block(props: Mapping[str, str]) -> SchemaBlock | None:
     """The open schema block recorded in a table's properties, if any."""
-    text = props.get(L.PROP_SCHEMA_BLOCK, "")
+    text = props.get(PROP_SCHEMA_BLOCK, "")
     return SchemaBlock.from_json(text) if text else None
 
 
 def last_resolved(props: Mapping[str, str]) -> dict[str, Any] | None:
     """What the last :func:`resolve` recorded (the block, reason, counts), if any."""
-    text = props.get(L.PROP_SCHEMA_LAST_RESOLVED, "")
+    text = props.get(PROP_SCHEMA_LAST_RESOLVED, "")
     return json.loads(text) if text else None
 
 
@@ -157,15 +173,15 @@ def set_block(uri: str, block: SchemaBlock) -> SchemaBlock:
     recorded = replace(block, since_version=delta.latest_version(uri) + 1)
     delta.set_properties(
         uri,
-        {L.PROP_SCHEMA_BLOCK: recorded.to_json()},
-        metadata={delta.META_REASON: recorded.describe(), L.META_BATCH_ID: recorded.batch_id},
+        {PROP_SCHEMA_BLOCK: recorded.to_json()},
+        metadata={delta.META_REASON: recorded.describe(), META_BATCH_ID: recorded.batch_id},
     )
     return recorded
 
 
 def blocked_total(uri: str) -> int:
     """Records dead-lettered because of the open block, as the last data commit counted."""
-    value = last_metadata(uri, L.META_SCHEMA_BLOCKED_TOTAL)
+    value = last_metadata(uri, META_SCHEMA_BLOCKED_TOTAL)
     return int(value) if value else 0
 
 
@@ -281,7 +297,7 @@ def resolve(
         }
         delta.set_properties(
             uri,
-            {L.PROP_SCHEMA_BLOCK: "", L.PROP_SCHEMA_LAST_RESOLVED: json.dumps(record)},
+            {PROP_SCHEMA_BLOCK: "", PROP_SCHEMA_LAST_RESOLVED: json.dumps(record)},
             metadata={delta.META_REASON: f"schema block resolved: {reason}"},
         )
         cleared = True
@@ -332,9 +348,9 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     held = (
         delta.read(spark, uri)
         .select(
-            F.col(L.KAFKA_TOPIC).alias("topic"),
-            F.col(L.KAFKA_PARTITION).alias("partition"),
-            F.col(L.KAFKA_OFFSET).alias("offset"),
+            F.col(KAFKA_TOPIC).alias("topic"),
+            F.col(KAFKA_PARTITION).alias("partition"),
+            F.col(KAFKA_OFFSET).alias("offset"),
         )
         .distinct()
     )
@@ -345,11 +361,11 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     # reads them
     schemas = connect_schemas.load(uri, connect_schemas.recorded(props).after)
     decoded = decode_raw(fresh, schemas=schemas)
-    source = props.get(L.PROP_SOURCE_TABLE, "*")
-    event_time = props.get(L.PROP_EVENT_TIME, "source.ts_ms")
+    source = props.get(PROP_SOURCE_TABLE, "*")
+    event_time = props.get(PROP_EVENT_TIME, "source.ts_ms")
     target = BuildTarget(
         uri,
-        key_columns=tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c),
+        key_columns=tuple(c for c in props.get(PROP_PRIMARY_KEY, "").split(",") if c),
         source_table=None if source == "*" else source,
         event_time_column=None if event_time == "source.ts_ms" else event_time,
     )
@@ -363,7 +379,7 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     if plan.rows is None:
         return _Replay(None, 0, candidates, applied, 0, None)
     rows = plan.rows.persist()
-    agg = rows.agg(F.count(F.lit(1)).alias("n"), F.max(L.EVENT_TIME).alias("m")).first()
+    agg = rows.agg(F.count(F.lit(1)).alias("n"), F.max(EVENT_TIME).alias("m")).first()
     rejected = plan.rejected.count() if plan.rejected is not None else 0
     max_ms = None if agg["m"] is None else int(agg["m"].timestamp() * 1000)
     return _Replay(rows, int(agg["n"]), candidates, applied, rejected, max_ms)
@@ -380,10 +396,10 @@ def _append_replay(uri: str, plan: _Replay, block: SchemaBlock, reason: str) -> 
         txn=(RESOLVE_APP_ID, 0 if previous is None else previous + 1),
         metadata={
             # unchanged: while blocked it is the block's; the ingest's next batch moves it on
-            L.META_WATERMARK: max(last_watermark(uri), block.watermark_ms),
-            L.META_MAX_EVENT_TIME: max_ts,
-            L.META_ROWS: plan.count,
-            L.META_SCHEMA_RESOLVED: {
+            META_WATERMARK: max(last_watermark(uri), block.watermark_ms),
+            META_MAX_EVENT_TIME: max_ts,
+            META_ROWS: plan.count,
+            META_SCHEMA_RESOLVED: {
                 "reason": reason,
                 "replayed": plan.count,
                 "stillIncompatible": plan.rejected,

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.dimension import connect_schemas
-from lakehouse.dimension import layout as L
 from lakehouse.dimension.commit import (
     HISTORY_LIMIT,
     NO_TABLE,
@@ -55,6 +54,17 @@ from lakehouse.dimension.commit import (
 )
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.jvm_decode import WireSchemas
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    META_SYNTHETIC_DELETES,
+    PROP_CONNECT_SCHEMAS,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETED_AT,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    PROP_SNAPSHOT_RESNAPSHOT_JOIN,
+    PROP_SNAPSHOT_SIGNAL,
+)
 from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
@@ -261,11 +271,11 @@ class BuildSink:
         uri = target.table_uri
         wanted = target.snapshot.resnapshot_join
         if delta.table_exists(uri) and (
-            delta.get_properties(uri).get(L.PROP_SNAPSHOT_RESNAPSHOT_JOIN) != wanted
+            delta.get_properties(uri).get(PROP_SNAPSHOT_RESNAPSHOT_JOIN) != wanted
         ):
             delta.set_properties(
                 uri,
-                {L.PROP_SNAPSHOT_RESNAPSHOT_JOIN: wanted},
+                {PROP_SNAPSHOT_RESNAPSHOT_JOIN: wanted},
                 metadata={delta.META_REASON: "resnapshot_join from the ingest configuration"},
             )
 
@@ -278,7 +288,7 @@ class BuildSink:
             snapshot_complete=is_complete(props),
             skipped=True,
             phase=phase_of(props),
-            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
+            alert=props.get(PROP_SNAPSHOT_ALERT) or None,
             schema_block=block_text(target.table_uri, open_block(props)),
         )
 
@@ -496,8 +506,8 @@ class BuildSink:
             batch_id=batch_id,
             positions=positions,
             probe=probe,
-            marker_signal=props.get(L.PROP_SNAPSHOT_SIGNAL),
-            completed_at_ms=iso_to_ms(props.get(L.PROP_SNAPSHOT_COMPLETED_AT)),
+            marker_signal=props.get(PROP_SNAPSHOT_SIGNAL),
+            completed_at_ms=iso_to_ms(props.get(PROP_SNAPSHOT_COMPLETED_AT)),
         )
         for why in decision.ignored:
             log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
@@ -595,7 +605,7 @@ class BuildSink:
             phase=phase_of(props),
             signal=decision.fire.signal if marker_now and decision.fire else None,
             pending=tuple(f"{p.signal}: {p.detail}" for p in decision.state.pending),
-            alert=props.get(L.PROP_SNAPSHOT_ALERT) or None,
+            alert=props.get(PROP_SNAPSHOT_ALERT) or None,
             resnapshot_started=decision.start_resnapshot and not result.skipped,
             synthetic_deletes=written.synthetic_deletes,
             schema_block=None if block is None else block.describe(commit.blocked_so_far),
@@ -642,11 +652,11 @@ class BuildSink:
             delta.create_table(uri, schema, properties=commit.create)
             failpoint("ingest.after_create", batch_id)
         if commit.learn_key is not None:
-            delta.set_properties(uri, {L.PROP_PRIMARY_KEY: commit.learn_key})
+            delta.set_properties(uri, {PROP_PRIMARY_KEY: commit.learn_key})
         if commit.connect_schemas is not None:
             delta.set_properties(
                 uri,
-                {L.PROP_CONNECT_SCHEMAS: commit.connect_schemas},
+                {PROP_CONNECT_SCHEMAS: commit.connect_schemas},
                 metadata={delta.META_REASON: "the records' Connect schema changed"},
             )
             failpoint("ingest.after_connect_schemas", batch_id)
@@ -657,7 +667,7 @@ class BuildSink:
                 "build table %s: snapshot rows arrived after the marker; re-snapshot "
                 "started, joins read version %s until it completes",
                 uri,
-                delta.get_properties(uri).get(L.PROP_SNAPSHOT_LAST_COMPLETE),
+                delta.get_properties(uri).get(PROP_SNAPSHOT_LAST_COMPLETE),
             )
         block = commit.block
         if commit.record_block and block is not None:
@@ -678,7 +688,7 @@ class BuildSink:
                 self._check_ended_share(target, props, synthetic_count, live, batch_id)
                 if synthetic_count:
                     to_write = to_write.unionByName(deletes, allowMissingColumns=True)
-                    metadata[L.META_SYNTHETIC_DELETES] = synthetic_count
+                    metadata[META_SYNTHETIC_DELETES] = synthetic_count
         result = delta.append(
             to_write,
             uri,
@@ -748,7 +758,7 @@ class BuildSink:
         record_notification(uri, None, alert, batch_id=batch_id)
         raise DataSafetyError(
             f"build table {uri}: {alert}. Joins keep reading version "
-            f"{props.get(L.PROP_SNAPSHOT_LAST_COMPLETE)}. If the source really lost these keys, "
+            f"{props.get(PROP_SNAPSHOT_LAST_COMPLETE)}. If the source really lost these keys, "
             f"set ingest.tables[].resnapshot_max_ended = 1 (or resnapshot_deletes = false for a "
             "filtered re-snapshot) and run the ingest again",
             table_uri=uri,
@@ -775,7 +785,7 @@ def _row_stats(rows: DataFrame | None) -> RowStats:
         return RowStats()
     from pyspark.sql import functions as F
 
-    agg = rows.agg(F.max(L.EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).first()
+    agg = rows.agg(F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).first()
     biggest = agg["m"]
     return RowStats(
         count=int(agg["n"]),

@@ -33,7 +33,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    META_WATERMARK,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    PROP_SNAPSHOT_RESNAPSHOT_JOIN,
+    PROP_SNAPSHOT_STATE,
+)
 from lakehouse.time import WATERMARK_MIN, Watermark, WatermarkStatus
 
 
@@ -106,9 +114,9 @@ def read_build_channel(
     latest = snap.version
     if version is None:
         props = snap.properties
-        if props.get(L.PROP_SNAPSHOT_STATE) == "resnapshot" and not _is_true(props):
-            last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
-            policy = props.get(L.PROP_SNAPSHOT_RESNAPSHOT_JOIN, "last-complete")
+        if props.get(PROP_SNAPSHOT_STATE) == "resnapshot" and not _is_true(props):
+            last_complete = props.get(PROP_SNAPSHOT_LAST_COMPLETE, "")
+            policy = props.get(PROP_SNAPSHOT_RESNAPSHOT_JOIN, "last-complete")
             if policy == "latest":
                 state = _read_at(snap, latest)
                 return replace(state, snapshot_complete=True, resnapshot=True)
@@ -120,7 +128,7 @@ def read_build_channel(
 
 
 def _is_true(props: Mapping[str, str]) -> bool:
-    return props.get(L.PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
+    return props.get(PROP_SNAPSHOT_COMPLETE, "false").lower() == "true"
 
 
 #: How far back from the pinned version the recorded watermark is looked for.
@@ -141,17 +149,17 @@ def _read_at(snap: delta.TableSnapshot, pinned: int) -> BuildChannelState:
             continue
         if last_commit_ms is None:
             last_commit_ms = entry.timestamp_ms
-        value = entry.metadata.get(L.META_WATERMARK)
+        value = entry.metadata.get(META_WATERMARK)
         if value not in (None, ""):
             watermark = int(value)
             break
-    completed = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION)
+    completed = props.get(PROP_SNAPSHOT_COMPLETED_VERSION)
     return BuildChannelState(
         version=pinned,
         snapshot_complete=_is_true(props),
         completed_version=int(completed) if completed else None,
         event_watermark_ms=watermark,
         last_commit_ms=last_commit_ms,
-        key_columns=tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c),
+        key_columns=tuple(c for c in props.get(PROP_PRIMARY_KEY, "").split(",") if c),
         latest_version=snap.version,
     )

@@ -49,10 +49,24 @@ from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters
 from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.failpoints import failpoint
-from lakehouse.join import layout as J
-from lakehouse.join import probe as P
-from lakehouse.join import release as R
+from lakehouse.join import probe, release
 from lakehouse.join.build_channel import BuildChannelState, read_build_channel
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    EVICTED_AGE,
+    EXPIRED,
+    LATE,
+    MATCHED,
+    META_ARRIVED,
+    META_BATCH_ID,
+    META_DEAD_LETTERED,
+    META_PIPELINE,
+    META_PLAN,
+    META_STATE,
+    TICK_TOPIC,
+    TIME_MS,
+)
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.state import (
     BatchCounts,
@@ -153,7 +167,7 @@ class TemporalJoin:
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
         self.num_buckets = num_buckets
-        self.probe_schema: StructType = P.probe_schema(options)
+        self.probe_schema: StructType = probe.probe_schema(options)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         report = self.process(df, batch_id)
@@ -162,7 +176,7 @@ class TemporalJoin:
 
     def pending_schema(self) -> StructType:
         """Schema of the pending table (:func:`lakehouse.join.probe.pending_schema`)."""
-        return P.pending_schema(self.probe_schema)
+        return probe.pending_schema(self.probe_schema)
 
     # ----------------------------------------------------------------------------- the batch
 
@@ -193,10 +207,10 @@ class TemporalJoin:
         state, plan = look.recovery.state, look.recovery.plan
         if plan is None and not needs_batch_max(self.options):
             plan = self._decide(batch_id, state, None, look.channel)
-        probe_rows = raw.filter(F.col("topic") != J.TICK_TOPIC)
+        probe_rows = raw.filter(F.col("topic") != TICK_TOPIC)
         # the future bound is against the wall clock, never the decision clock (which tests
         # and replays may set anywhere)
-        parsed = P.parse(
+        parsed = probe.parse(
             probe_rows, self.options, self.probe_schema, wall_ms=int(time.time() * 1000)
         )
         if state.batch_id is None and look.recovery.plan is None:
@@ -228,11 +242,11 @@ class TemporalJoin:
 
         if self.options.allow_dead_letters:
             return
-        mismatch = F.col(P.PARSE_ERROR_KIND) == F.lit(P.SCHEMA_MISMATCH)
+        mismatch = F.col(probe.PARSE_ERROR_KIND) == F.lit(probe.SCHEMA_MISMATCH)
         row = parsed.agg(
-            F.count(F.when(F.col(P.PARSE_ERROR).isNull(), 1)).alias("ok"),
+            F.count(F.when(F.col(probe.PARSE_ERROR).isNull(), 1)).alias("ok"),
             F.count(F.when(mismatch, 1)).alias("bad"),
-            F.min(F.when(mismatch, F.col(P.PARSE_ERROR))).alias("example"),
+            F.min(F.when(mismatch, F.col(probe.PARSE_ERROR))).alias("example"),
         ).first()
         if row is None or row["ok"] or not row["bad"]:
             return
@@ -298,18 +312,18 @@ class TemporalJoin:
         if self.ticks and parsed.isEmpty():  # a tick alone: nothing to write
             return JoinBatchReport(batch_id=plan.batch_id, plan=plan, seconds=_since(started))
         seen = Observation(f"lakehouse-join-in-{o.pipeline_id}-{plan.batch_id}")
-        ok = F.col(P.PARSE_ERROR).isNull()
+        ok = F.col(probe.PARSE_ERROR).isNull()
         counted = parsed.observe(
             seen, F.count(F.when(ok, 1)).alias("n"), F.count(F.when(~ok, 1)).alias("bad")
         )
-        staged = R.stage(self._new_rows(counted.filter(ok), plan), plan, o)
+        staged = release.stage(self._new_rows(counted.filter(ok), plan), plan, o)
         joined = self._output(spark, staged, plan, look)
-        out = R.for_join_type(joined, o)
+        out = release.for_join_type(joined, o)
         written = Observation(f"lakehouse-join-out-{o.pipeline_id}-{plan.batch_id}")
         out = out.observe(
             written,
             F.count(F.lit(1)).alias("n"),
-            F.sum(F.col(J.MATCHED).cast("int")).alias("m"),
+            F.sum(F.col(MATCHED).cast("int")).alias("m"),
         )
         after = plan.after(pending_rows=0, evicted=0, before=state)
         delta.append(
@@ -330,7 +344,7 @@ class TemporalJoin:
         if bad:
             dead = self._parse_dead_letters(parsed, plan.batch_id)
             self._append_dead(
-                dead, plan, after, look, counts={J.META_DEAD_LETTERED: bad, J.META_ARRIVED: arrived}
+                dead, plan, after, look, counts={META_DEAD_LETTERED: bad, META_ARRIVED: arrived}
             )
             if not arrived:  # one more small job, only when every record failed
                 example = _example(parsed)
@@ -362,12 +376,12 @@ class TemporalJoin:
         from pyspark.sql import functions as F
 
         o = self.options
-        ok = F.col(P.PARSE_ERROR).isNull()
+        ok = F.col(probe.PARSE_ERROR).isNull()
         stats = parsed.agg(
             F.count(F.when(ok, 1)).alias("n"),
             F.count(F.when(~ok, 1)).alias("bad"),
-            F.max(F.when(ok, F.col(J.TIME_MS))).alias("max_t"),
-            F.min(P.PARSE_ERROR).alias("example"),
+            F.max(F.when(ok, F.col(TIME_MS))).alias("max_t"),
+            F.min(probe.PARSE_ERROR).alias("example"),
         ).first()
         assert stats is not None
         arrived, bad_n = int(stats["n"]), int(stats["bad"])
@@ -387,11 +401,11 @@ class TemporalJoin:
         candidates = new
         if state.pending_rows and look.pending.exists:
             waiting = delta.read(spark, o.pending_table, version=look.pending.version)
-            candidates = waiting.withColumn(R.IS_NEW, F.lit(False)).unionByName(new)
+            candidates = waiting.withColumn(release.IS_NEW, F.lit(False)).unionByName(new)
         candidates = candidates.persist()
         try:
-            staged = R.apply_pending_bound(R.stage(candidates, plan, o), plan)
-            counts = R.count(staged)
+            staged = release.apply_pending_bound(release.stage(candidates, plan, o), plan)
+            counts = release.count(staged)
             if not replayed and changes_nothing(counts, arrived=arrived, malformed=bad_n):
                 return JoinBatchReport(
                     batch_id=batch_id, pending=counts.pending, plan=plan, seconds=_since(started)
@@ -435,10 +449,10 @@ class TemporalJoin:
             observed = joined.observe(
                 seen,
                 F.count(F.lit(1)).alias("n"),
-                F.sum(F.col(J.MATCHED).cast("int")).alias("m"),
+                F.sum(F.col(MATCHED).cast("int")).alias("m"),
             )
             written = delta.append(
-                R.for_join_type(observed, o),
+                release.for_join_type(observed, o),
                 o.output_table,
                 txn=(o.pipeline_id, plan.batch_id),
                 schema_mode="widen",
@@ -449,7 +463,7 @@ class TemporalJoin:
             )
             if written.skipped:  # the write ran no job: nothing was observed
                 recount = joined.agg(
-                    F.count(F.lit(1)).alias("n"), F.sum(F.col(J.MATCHED).cast("int")).alias("m")
+                    F.count(F.lit(1)).alias("n"), F.sum(F.col(MATCHED).cast("int")).alias("m")
                 ).first()
                 assert recount is not None
                 released_n, matched_n = int(recount["n"]), int(recount["m"] or 0)
@@ -460,7 +474,7 @@ class TemporalJoin:
 
         if done.writes_pending:
             delta.overwrite(
-                R.kept(staged),
+                release.kept(staged),
                 o.pending_table,
                 txn=(o.pipeline_id, plan.batch_id),
                 max_files=2,
@@ -489,20 +503,20 @@ class TemporalJoin:
 
     def _metadata(self, plan: ReleasePlan, after: JoinState) -> dict[str, Any]:
         return {
-            J.META_BATCH_ID: plan.batch_id,
-            J.META_PIPELINE: self.options.pipeline_id,
-            J.META_PLAN: plan.to_json(),
-            J.META_STATE: after.to_json(),
+            META_BATCH_ID: plan.batch_id,
+            META_PIPELINE: self.options.pipeline_id,
+            META_PLAN: plan.to_json(),
+            META_STATE: after.to_json(),
         }
 
     def _new_rows(self, parsed_ok: DataFrame, plan: ReleasePlan) -> DataFrame:
         from pyspark.sql import functions as F
 
         return (
-            parsed_ok.drop(P.PARSE_ERROR, P.PARSE_ERROR_KIND)
-            .withColumn(J.ARRIVED_AT, F.timestamp_millis(F.lit(plan.decided_at_ms)))
-            .withColumn(J.ARRIVAL_BATCH, F.lit(plan.batch_id).cast("bigint"))
-            .withColumn(R.IS_NEW, F.lit(True))
+            parsed_ok.drop(probe.PARSE_ERROR, probe.PARSE_ERROR_KIND)
+            .withColumn(ARRIVED_AT, F.timestamp_millis(F.lit(plan.decided_at_ms)))
+            .withColumn(ARRIVAL_BATCH, F.lit(plan.batch_id).cast("bigint"))
+            .withColumn(release.IS_NEW, F.lit(True))
         )
 
     def _output(
@@ -511,7 +525,7 @@ class TemporalJoin:
         assert plan.build_version is not None
         # by its files when Delta allows: the row-time paths cache per file set (asof)
         build = delta.read_files(spark, look.build, version=plan.build_version)
-        return R.output_rows(
+        return release.output_rows(
             staged,
             build,
             plan=plan,
@@ -545,10 +559,10 @@ class TemporalJoin:
     def _parse_dead_letters(self, parsed: DataFrame, batch_id: int) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return P.dead_letters(
-            parsed.filter(F.col(P.PARSE_ERROR).isNotNull()),
-            kind=F.col(P.PARSE_ERROR_KIND),
-            error=F.col(P.PARSE_ERROR),
+        return probe.dead_letters(
+            parsed.filter(F.col(probe.PARSE_ERROR).isNotNull()),
+            kind=F.col(probe.PARSE_ERROR_KIND),
+            error=F.col(probe.PARSE_ERROR),
             pipeline=self.options.pipeline_id,
             batch_id=batch_id,
         )
@@ -568,7 +582,7 @@ class TemporalJoin:
         o = self.options
 
         def of(rows: DataFrame, kind: Any, error: Any) -> DataFrame:
-            return P.dead_letters(
+            return probe.dead_letters(
                 rows, kind=kind, error=error, pipeline=o.pipeline_id, batch_id=plan.batch_id
             )
 
@@ -576,8 +590,8 @@ class TemporalJoin:
         if counts.late:
             dead = dead.unionByName(
                 of(
-                    staged.filter(R.LATE),
-                    F.lit(J.LATE),
+                    staged.filter(release.LATE),
+                    F.lit(LATE),
                     F.lit(
                         f"late probe row: time at or before the watermark {plan.previous} that "
                         "had already passed when it arrived (late_policy = dead-letter)"
@@ -587,8 +601,8 @@ class TemporalJoin:
         if counts.expired and o.expiry_policy == "dead-letter":
             dead = dead.unionByName(
                 of(
-                    staged.filter(R.EXPIRED),
-                    F.lit(J.EXPIRED),
+                    staged.filter(release.EXPIRED),
+                    F.lit(EXPIRED),
                     F.lit(
                         f"pending longer than pending_ttl_ms = {o.pending_ttl_ms} without "
                         "being released (expiry_policy = dead-letter)"
@@ -598,10 +612,10 @@ class TemporalJoin:
         if counts.evicted:
             dead = dead.unionByName(
                 of(
-                    staged.filter(F.col(R.EVICT).isNotNull()),
-                    F.col(R.EVICT),
+                    staged.filter(F.col(release.EVICT).isNotNull()),
+                    F.col(release.EVICT),
                     F.when(
-                        F.col(R.EVICT) == J.EVICTED_AGE,
+                        F.col(release.EVICT) == EVICTED_AGE,
                         F.lit(
                             f"pending more than pending_max_age_ms = {plan.pending_max_age_ms} "
                             f"behind the probe's time ({age_reference(plan)}) without being "
@@ -662,11 +676,11 @@ def _commits_of(snap: delta.TableSnapshot, pipeline: str, batch_id: int) -> Tabl
     if not snap.exists:
         return TableCommits(uri=snap.uri, commits=(), complete=True)
     for info in snap.commits(RECOVERY_WINDOW):
-        if info.metadata.get(J.META_PIPELINE) != pipeline:
+        if info.metadata.get(META_PIPELINE) != pipeline:
             continue
         found.append((info.version, info.metadata))
-        batch = info.metadata.get(J.META_BATCH_ID, "")
-        if J.META_STATE in info.metadata and batch.isdigit() and int(batch) < batch_id:
+        batch = info.metadata.get(META_BATCH_ID, "")
+        if META_STATE in info.metadata and batch.isdigit() and int(batch) < batch_id:
             break
     return TableCommits(uri=snap.uri, commits=tuple(found), complete=snap.version < RECOVERY_WINDOW)
 
@@ -675,7 +689,7 @@ def _example(parsed: DataFrame) -> str | None:
     """One parse error of the batch (the smallest text: the same for every replay)."""
     from pyspark.sql import functions as F
 
-    row = parsed.agg(F.min(P.PARSE_ERROR).alias("e")).first()
+    row = parsed.agg(F.min(probe.PARSE_ERROR).alias("e")).first()
     return None if row is None else row["e"]
 
 

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING
 
 from lakehouse.dead_letter import to_dead_letters
 from lakehouse.errors import ConfigError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    PROBE_OFFSET,
+    PROBE_PARTITION,
+    PROBE_TOPIC,
+    RAW_KEY,
+    RAW_VALUE,
+    SOURCE_TS,
+    TIME_MS,
+)
 from lakehouse.join.options import MS_PER_UNIT, JoinOptions
 
 if TYPE_CHECKING:
@@ -77,15 +87,15 @@ def pending_schema(schema: StructType) -> StructType:
     return StructType(
         [
             *schema.fields,
-            StructField(J.PROBE_TOPIC, StringType(), True),
-            StructField(J.PROBE_PARTITION, IntegerType(), True),
-            StructField(J.PROBE_OFFSET, LongType(), True),
-            StructField(J.TIME_MS, LongType(), True),
-            StructField(J.RAW_KEY, BinaryType(), True),
-            StructField(J.RAW_VALUE, BinaryType(), True),
-            StructField(J.SOURCE_TS, TimestampType(), True),
-            StructField(J.ARRIVED_AT, TimestampType(), True),
-            StructField(J.ARRIVAL_BATCH, LongType(), True),
+            StructField(PROBE_TOPIC, StringType(), True),
+            StructField(PROBE_PARTITION, IntegerType(), True),
+            StructField(PROBE_OFFSET, LongType(), True),
+            StructField(TIME_MS, LongType(), True),
+            StructField(RAW_KEY, BinaryType(), True),
+            StructField(RAW_VALUE, BinaryType(), True),
+            StructField(SOURCE_TS, TimestampType(), True),
+            StructField(ARRIVED_AT, TimestampType(), True),
+            StructField(ARRIVAL_BATCH, LongType(), True),
         ]
     )
 
@@ -117,12 +127,12 @@ def parse(
         text, with_corrupt, {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
     )
     df = raw.select(
-        F.col("key").alias(J.RAW_KEY),
-        F.col("value").alias(J.RAW_VALUE),
-        F.col("topic").alias(J.PROBE_TOPIC),
-        F.col("partition").alias(J.PROBE_PARTITION),
-        F.col("offset").alias(J.PROBE_OFFSET),
-        F.col("timestamp").alias(J.SOURCE_TS),
+        F.col("key").alias(RAW_KEY),
+        F.col("value").alias(RAW_VALUE),
+        F.col("topic").alias(PROBE_TOPIC),
+        F.col("partition").alias(PROBE_PARTITION),
+        F.col("offset").alias(PROBE_OFFSET),
+        F.col("timestamp").alias(SOURCE_TS),
         row.alias("_r"),
     )
     t_ms = _time_ms(F.col("_r"), options, schema)
@@ -143,7 +153,7 @@ def parse(
     for name in reversed(required):
         missing = F.when(F.col("_r")[name].isNull(), F.lit(name)).otherwise(missing)
     corrupt = F.col("_r").isNull() | F.col("_r")["_corrupt"].isNotNull()
-    contradicted = _contradicted(F.col(J.RAW_VALUE).cast("string"), read_fields)
+    contradicted = _contradicted(F.col(RAW_VALUE).cast("string"), read_fields)
     no_time = F.lit(False) if t_ms is None else F.col("_r")[time_col].isNotNull() & t_ms.isNull()
     limit = (
         None
@@ -163,7 +173,7 @@ def parse(
         )
 
     error = (
-        F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty record"))
+        F.when(F.col(RAW_VALUE).isNull(), F.lit("empty record"))
         .when(corrupt & contradicted.isNotNull(), contradicted)
         .when(corrupt, F.lit("not a JSON object matching probe_schema"))
         .when(
@@ -180,7 +190,7 @@ def parse(
         )
     )
     kind = (
-        F.when(F.col(J.RAW_VALUE).isNull(), F.lit("empty"))
+        F.when(F.col(RAW_VALUE).isNull(), F.lit("empty"))
         .when(corrupt & contradicted.isNotNull(), F.lit(SCHEMA_MISMATCH))
         .when(corrupt, F.lit("malformed_json"))
         .when(missing.isNotNull(), F.lit("missing_field"))
@@ -189,13 +199,13 @@ def parse(
     )
     return df.select(
         *fields,
-        J.PROBE_TOPIC,
-        J.PROBE_PARTITION,
-        J.PROBE_OFFSET,
-        (t_ms if t_ms is not None else F.lit(None).cast("bigint")).alias(J.TIME_MS),
-        J.RAW_KEY,
-        J.RAW_VALUE,
-        J.SOURCE_TS,
+        PROBE_TOPIC,
+        PROBE_PARTITION,
+        PROBE_OFFSET,
+        (t_ms if t_ms is not None else F.lit(None).cast("bigint")).alias(TIME_MS),
+        RAW_KEY,
+        RAW_VALUE,
+        SOURCE_TS,
         error.alias(PARSE_ERROR),
         kind.alias(PARSE_ERROR_KIND),
     )
@@ -266,12 +276,12 @@ def dead_letters(
 
     return to_dead_letters(
         rows,
-        raw_key=F.col(J.RAW_KEY),
-        raw_value=F.col(J.RAW_VALUE),
-        topic=F.col(J.PROBE_TOPIC),
-        partition=F.col(J.PROBE_PARTITION),
-        offset=F.col(J.PROBE_OFFSET),
-        source_timestamp=F.col(J.SOURCE_TS),
+        raw_key=F.col(RAW_KEY),
+        raw_value=F.col(RAW_VALUE),
+        topic=F.col(PROBE_TOPIC),
+        partition=F.col(PROBE_PARTITION),
+        offset=F.col(PROBE_OFFSET),
+        source_timestamp=F.col(SOURCE_TS),
         error_kind=kind,
         error=error,
         pipeline=pipeline,

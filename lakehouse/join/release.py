@@ -25,10 +25,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import LINEAGE_COLUMNS
 from lakehouse.errors import ConfigError
-from lakehouse.join import layout as J
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    BATCH_ID,
+    BUILD_EVENT_TIME,
+    BUILD_VERSION,
+    EVICTED_AGE,
+    EVICTED_ROWS,
+    JOIN_MODE,
+    MATCHED,
+    POSITION,
+    PROBE_OFFSET,
+    PROBE_PARTITION,
+    PROBE_TOPIC,
+    RELEASED_AT,
+    RELEASED_BY,
+    TIME_MS,
+    WATERMARK,
+)
+from lakehouse.join.layout import LATE as LATE_KIND
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.state import BatchCounts, ReleasePlan, late_rule_applies
 from lakehouse.time import WATERMARK_MAX, WATERMARK_MIN, Watermark
@@ -49,7 +68,7 @@ BY_END_OF_INPUT = "end_of_input"
 BY_EXPIRY = "expiry"
 #: A row the watermark had passed when it arrived, joined all the same (``late_policy =
 #: join``); the word of its dead letter under ``late_policy = dead-letter`` too.
-BY_LATE = J.LATE
+BY_LATE = LATE_KIND
 STAGING = (IS_NEW, ARRIVED_LATE, LATE, EXPIRED, RELEASE, EVICT)
 
 
@@ -73,7 +92,7 @@ def arrived_late(plan: ReleasePlan) -> Column:
     previous = plan.previous
     if previous.use_processing_time or previous.timestamp == WATERMARK_MIN:
         return F.lit(False)
-    return F.col(IS_NEW) & (F.col(J.TIME_MS) <= F.lit(previous.timestamp))
+    return F.col(IS_NEW) & (F.col(TIME_MS) <= F.lit(previous.timestamp))
 
 
 def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> DataFrame:
@@ -85,8 +104,8 @@ def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> Dat
     expired = F.lit(False)
     if options.pending_ttl_ms is not None:
         horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - options.pending_ttl_ms))
-        expired = ~F.col(IS_NEW) & (F.col(J.ARRIVED_AT) <= horizon)
-    release = covers(plan.releasing, F.col(J.TIME_MS))
+        expired = ~F.col(IS_NEW) & (F.col(ARRIVED_AT) <= horizon)
+    release = covers(plan.releasing, F.col(TIME_MS))
     if plan.build_version is None:  # no build table yet: nothing can be released or expired
         expired = release = F.lit(False)
     return (
@@ -106,7 +125,7 @@ def released_by(plan: ReleasePlan) -> Column:
 
     by_watermark = F.lit(BY_PROCESSING_TIME if plan.combined.use_processing_time else BY_WATERMARK)
     if plan.final is not None:
-        by_watermark = F.when(covers(plan.combined, F.col(J.TIME_MS)), by_watermark).otherwise(
+        by_watermark = F.when(covers(plan.combined, F.col(TIME_MS)), by_watermark).otherwise(
             F.lit(BY_END_OF_INPUT)
         )
     return (
@@ -128,10 +147,10 @@ def age_ms(plan: ReleasePlan) -> Column | None:
     from pyspark.sql import functions as F
 
     if plan.probe.use_processing_time:
-        return F.lit(plan.decided_at_ms) - F.unix_millis(F.col(J.ARRIVED_AT))
+        return F.lit(plan.decided_at_ms) - F.unix_millis(F.col(ARRIVED_AT))
     if plan.probe.timestamp == WATERMARK_MIN:
         return None
-    return F.lit(plan.probe.timestamp) - F.col(J.TIME_MS)
+    return F.lit(plan.probe.timestamp) - F.col(TIME_MS)
 
 
 def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
@@ -150,7 +169,7 @@ def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
     verdict = F.lit(None).cast("string")
     age = age_ms(plan)
     if plan.pending_max_age_ms is not None and age is not None:
-        verdict = F.when(waiting & (age > F.lit(plan.pending_max_age_ms)), F.lit(J.EVICTED_AGE))
+        verdict = F.when(waiting & (age > F.lit(plan.pending_max_age_ms)), F.lit(EVICTED_AGE))
     staged = staged.withColumn(EVICT, verdict)
     if plan.pending_max_rows is None:
         return staged
@@ -158,11 +177,11 @@ def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
     over = remaining.count() - plan.pending_max_rows
     if over <= 0:
         return staged
-    position = list(J.POSITION)
+    position = list(POSITION)
     oldest = (
-        [J.ARRIVAL_BATCH]
+        [ARRIVAL_BATCH]
         if plan.probe.use_processing_time
-        else [F.coalesce(F.col(J.TIME_MS), F.lit(WATERMARK_MIN)).asc()]
+        else [F.coalesce(F.col(TIME_MS), F.lit(WATERMARK_MIN)).asc()]
     )
     victims = (
         remaining.orderBy(*oldest, *position)
@@ -174,9 +193,7 @@ def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
     columns = staged.columns
     return (
         staged.join(victims, on=position, how="left")
-        .withColumn(
-            EVICT, F.coalesce(F.col(EVICT), F.when(F.col("_victim"), F.lit(J.EVICTED_ROWS)))
-        )
+        .withColumn(EVICT, F.coalesce(F.col(EVICT), F.when(F.col("_victim"), F.lit(EVICTED_ROWS))))
         .select(*columns)
     )
 
@@ -190,8 +207,8 @@ def count(staged: DataFrame) -> BatchCounts:
         F.count(F.when(F.col(RELEASE), 1)).alias("release"),
         F.count(F.when(F.col(LATE), 1)).alias("late"),
         F.count(F.when(F.col(EXPIRED), 1)).alias("expired"),
-        F.count(F.when(F.col(EVICT) == J.EVICTED_AGE, 1)).alias("evicted_age"),
-        F.count(F.when(F.col(EVICT) == J.EVICTED_ROWS, 1)).alias("evicted_rows"),
+        F.count(F.when(F.col(EVICT) == EVICTED_AGE, 1)).alias("evicted_age"),
+        F.count(F.when(F.col(EVICT) == EVICTED_ROWS, 1)).alias("evicted_rows"),
     ).first()
     assert row is not None
     return BatchCounts(**{k: int(row[k]) for k in row.asDict()})
@@ -232,8 +249,8 @@ def output_rows(
             build = build.withColumn(
                 build_column, F.lit(None).cast(staged.schema[probe_column].dataType)
             )
-    value_columns = [c for c in build.columns if c not in build_key and c not in L.LINEAGE_COLUMNS]
-    carried = (J.ARRIVED_AT, J.ARRIVAL_BATCH, J.PROBE_TOPIC, J.PROBE_PARTITION, J.PROBE_OFFSET)
+    value_columns = [c for c in build.columns if c not in build_key and c not in LINEAGE_COLUMNS]
+    carried = (ARRIVED_AT, ARRIVAL_BATCH, PROBE_TOPIC, PROBE_PARTITION, PROBE_OFFSET)
     probe_columns = [c for c in staged.columns if not c.startswith("_") or c in carried]
     out_values = [o.build_prefix + c for c in value_columns]
     clash = sorted(set(out_values) & set(probe_columns))
@@ -248,8 +265,8 @@ def output_rows(
         leaving = leaving | F.col(EXPIRED)  # joined as of its time too, by expiry
     released = staged.filter(leaving).select(
         *probe_columns,
-        released_by(plan).alias(J.RELEASED_BY),
-        (F.col(J.TIME_MS) * 1000).alias(PROBE_TIME_US),
+        released_by(plan).alias(RELEASED_BY),
+        (F.col(TIME_MS) * 1000).alias(PROBE_TIME_US),
     )
     joined = join_as_of(
         released,
@@ -259,10 +276,10 @@ def output_rows(
         value_columns=value_columns,
         output_names=[
             *probe_columns,
-            J.RELEASED_BY,
+            RELEASED_BY,
             *out_values,
-            J.BUILD_EVENT_TIME,
-            J.MATCHED,
+            BUILD_EVENT_TIME,
+            MATCHED,
         ],
         latest=o.mode == "proctime",
         num_buckets=num_buckets,
@@ -271,18 +288,18 @@ def output_rows(
     return joined.select(
         *probe_columns,
         *out_values,
-        J.MATCHED,
-        F.lit(plan.build_version).cast("bigint").alias(J.BUILD_VERSION),
-        J.BUILD_EVENT_TIME,
+        MATCHED,
+        F.lit(plan.build_version).cast("bigint").alias(BUILD_VERSION),
+        BUILD_EVENT_TIME,
         (
             F.lit(None).cast("timestamp")
             if wm is None or wm in (WATERMARK_MIN, WATERMARK_MAX)
             else F.timestamp_millis(F.lit(wm))
-        ).alias(J.WATERMARK),
-        F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(J.RELEASED_AT),
-        F.lit(o.mode).alias(J.JOIN_MODE),
-        F.lit(plan.batch_id).cast("bigint").alias(J.BATCH_ID),
-        J.RELEASED_BY,
+        ).alias(WATERMARK),
+        F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(RELEASED_AT),
+        F.lit(o.mode).alias(JOIN_MODE),
+        F.lit(plan.batch_id).cast("bigint").alias(BATCH_ID),
+        RELEASED_BY,
     )
 
 
@@ -293,5 +310,5 @@ def for_join_type(out: DataFrame, options: JoinOptions) -> DataFrame:
     from pyspark.sql import functions as F
 
     if options.join_type == "inner":
-        out = out.filter(F.col(J.MATCHED) | (F.col(J.RELEASED_BY) == F.lit(BY_EXPIRY)))
+        out = out.filter(F.col(MATCHED) | (F.col(RELEASED_BY) == F.lit(BY_EXPIRY)))
     return out

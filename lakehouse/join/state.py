@@ -50,8 +50,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakehouse.errors import PendingBoundError, SchemaMismatchError
-from lakehouse.join import layout as J
 from lakehouse.join.build_channel import BuildChannelState
+from lakehouse.join.layout import (
+    META_ARRIVED,
+    META_BATCH_ID,
+    META_DEAD_LETTERED,
+    META_EVICTED,
+    META_PENDING_BOUND_ALERT,
+    META_PENDING_ROWS,
+    META_PLAN,
+    META_RELEASED,
+    META_STATE,
+)
 from lakehouse.join.options import JoinOptions
 from lakehouse.time import (
     WATERMARK_MAX,
@@ -112,12 +122,12 @@ class JoinState:
         >>> JoinState.from_metadata({"lakehouse.state": state.to_json()}) == state
         True
         """
-        text = metadata.get(J.META_STATE)
+        text = metadata.get(META_STATE)
         if not text:
             return None
         d = json.loads(text)
-        batch = d.get("batchId", metadata.get(J.META_BATCH_ID))
-        pending = d.get("pendingRows", metadata.get(J.META_PENDING_ROWS, 0))
+        batch = d.get("batchId", metadata.get(META_BATCH_ID))
+        pending = d.get("pendingRows", metadata.get(META_PENDING_ROWS, 0))
         return cls(
             batch_id=None if batch is None else int(batch),
             combined=Watermark.from_dict(d["combined"]),
@@ -479,14 +489,14 @@ def recover(tables: Iterable[TableCommits], *, batch_id: int) -> Recovery:
     for table in tables:
         found = False
         for _version, meta in table.commits:
-            batch = _int(meta.get(J.META_BATCH_ID))
+            batch = _int(meta.get(META_BATCH_ID))
             if batch is None:
                 continue
             if batch == batch_id:
                 if table.uri not in recorded:
                     recorded.append(table.uri)
-                if plan is None and meta.get(J.META_PLAN):
-                    plan = ReleasePlan.from_json(meta[J.META_PLAN])
+                if plan is None and meta.get(META_PLAN):
+                    plan = ReleasePlan.from_json(meta[META_PLAN])
                 continue
             if batch > batch_id:
                 continue  # a later batch than Spark replays: Spark decides what runs
@@ -657,14 +667,14 @@ def outcome(
     released = counts.release + counts.expired - expired_dead
     dead = malformed + counts.late + expired_dead + counts.evicted
     accounting: dict[str, Any] = {
-        J.META_ARRIVED: arrived,
-        J.META_RELEASED: released,
-        J.META_PENDING_ROWS: counts.pending,
-        J.META_DEAD_LETTERED: dead,
-        J.META_EVICTED: counts.evicted,
+        META_ARRIVED: arrived,
+        META_RELEASED: released,
+        META_PENDING_ROWS: counts.pending,
+        META_DEAD_LETTERED: dead,
+        META_EVICTED: counts.evicted,
     }
     if alert is not None:
-        accounting[J.META_PENDING_BOUND_ALERT] = alert
+        accounting[META_PENDING_BOUND_ALERT] = alert
     return BatchOutcome(
         after=plan.after(pending_rows=counts.pending, evicted=counts.evicted, before=state),
         released=released,

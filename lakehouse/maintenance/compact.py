@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.delta.maintenance import delete_rows
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import EVENT_TIME, OP, PROP_PRIMARY_KEY, SEQ
 from lakehouse.dimension.marker import last_max_event_time, last_watermark
 from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.failpoints import failpoint
-from lakehouse.join import layout as J
+from lakehouse.join.layout import META_STATE
 from lakehouse.time import WATERMARK_MIN, Watermark
 
 if TYPE_CHECKING:
@@ -118,30 +118,30 @@ def compaction_plan(df: DataFrame, key_columns: tuple[str, ...], horizon_ms: int
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    old = F.col(L.EVENT_TIME) <= F.timestamp_millis(F.lit(horizon_ms))
-    truncate = F.col(L.OP) == "t"
-    seq = F.coalesce(F.col(L.SEQ), F.lit(""))
+    old = F.col(EVENT_TIME) <= F.timestamp_millis(F.lit(horizon_ms))
+    truncate = F.col(OP) == "t"
+    seq = F.coalesce(F.col(SEQ), F.lit(""))
     # rows at or before the horizon first, each key's latest first: rank 1 is its L
     latest_first = Window.partitionBy(*key_columns).orderBy(
-        old.desc(), F.col(L.EVENT_TIME).desc(), seq.desc()
+        old.desc(), F.col(EVENT_TIME).desc(), seq.desc()
     )
     # the latest truncate at or before the horizon: one row at most, read once
     last_truncate = (
         df.filter(old & truncate)
-        .agg(F.max(F.struct(F.col(L.EVENT_TIME).alias("t"), seq.alias("s"))).alias("m"))
+        .agg(F.max(F.struct(F.col(EVENT_TIME).alias("t"), seq.alias("s"))).alias("m"))
         .first()["m"]
     )
     ended = F.lit(False)
     if last_truncate is not None:
         t, s = F.lit(last_truncate["t"]), F.lit(last_truncate["s"])
-        ended = (F.col(L.EVENT_TIME) < t) | ((F.col(L.EVENT_TIME) == t) & (seq < s))
+        ended = (F.col(EVENT_TIME) < t) | ((F.col(EVENT_TIME) == t) & (seq < s))
     rank = F.when(old & ~truncate, F.row_number().over(latest_first))
     return df.withColumn("_rank", rank).select(
         *df.columns,
         F.when(~old, F.lit(None).cast("string"))
         .when(truncate, F.lit("truncate"))
         .when(F.col("_rank") > 1, F.lit("superseded"))
-        .when(F.col(L.OP) == "d", F.lit("delete"))
+        .when(F.col(OP) == "d", F.lit("delete"))
         .when(ended, F.lit("truncated"))
         .alias("_drop"),
     )
@@ -188,7 +188,7 @@ def join_watermark(
     )
     return None if state is None else state.combined
     for entry in delta.history(pending_table, limit=8):
-        text = entry.metadata.get(J.META_STATE)
+        text = entry.metadata.get(META_STATE)
         if text:
             return Watermark.from_dict(json.loads(text)["combined"])
     return None
@@ -230,7 +230,7 @@ def compact(
     step("reading the build table")
     read_version = delta.latest_version(uri)
     props = delta.get_properties(uri, version=read_version)
-    keys = tuple(c for c in props.get(L.PROP_PRIMARY_KEY, "").split(",") if c)
+    keys = tuple(c for c in props.get(PROP_PRIMARY_KEY, "").split(",") if c)
     df = delta.read(spark, uri, version=read_version)
     rows_before = delta.row_count(uri, version=read_version)
     if not keys:
@@ -266,7 +266,7 @@ def compact(
         if dry_run or rows_after == rows_before:
             return _done(result, started)
         step(f"deleting {rows_before - rows_after} of {rows_before} rows")
-        identity = [*keys, L.EVENT_TIME, L.SEQ, L.OP]
+        identity = [*keys, EVENT_TIME, SEQ, OP]
         victims = plan.filter(F.col("_drop").isNotNull()).select(*identity)
         if before_commit is not None:
             before_commit()

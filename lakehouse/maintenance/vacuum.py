@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from lakehouse import delta
 from lakehouse.delta.maintenance import oldest_readable_version, vacuum
-from lakehouse.dimension import layout as L
-from lakehouse.join import layout as J
+from lakehouse.dimension.layout import PROP_SNAPSHOT_LAST_COMPLETE, PROP_SNAPSHOT_STATE
+from lakehouse.join.layout import BUILD_VERSION, META_PLAN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,19 +71,19 @@ def lineage_versions(spark: SparkSession, build_table: str, output_uris: Sequenc
         if not delta.table_exists(uri):
             continue
         df = delta.read(spark, uri)
-        if J.BUILD_VERSION in df.columns:
-            rows = df.select(J.BUILD_VERSION).where(F.col(J.BUILD_VERSION).isNotNull())
+        if BUILD_VERSION in df.columns:
+            rows = df.select(BUILD_VERSION).where(F.col(BUILD_VERSION).isNotNull())
             versions.update(int(r[0]) for r in rows.distinct().collect())
         for entry in delta.history(uri, limit=_PLAN_HISTORY):
-            plan = entry.metadata.get(J.META_PLAN)
+            plan = entry.metadata.get(META_PLAN)
             if plan:
                 pinned = json.loads(plan).get("buildVersion")
                 if pinned is not None:
                     versions.add(int(pinned))
     if delta.table_exists(build_table):
         props = delta.get_properties(build_table)
-        last_complete = props.get(L.PROP_SNAPSHOT_LAST_COMPLETE, "")
-        if props.get(L.PROP_SNAPSHOT_STATE) == "resnapshot" and last_complete.isdigit():
+        last_complete = props.get(PROP_SNAPSHOT_LAST_COMPLETE, "")
+        if props.get(PROP_SNAPSHOT_STATE) == "resnapshot" and last_complete.isdigit():
             versions.add(int(last_complete))
     return versions
 

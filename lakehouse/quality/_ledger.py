@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakehouse import delta
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    META_ARRIVED,
+    META_BATCH_ID,
+    META_DEAD_LETTERED,
+    META_PENDING_ROWS,
+    META_PIPELINE,
+    META_PLAN,
+    META_RELEASED,
+)
 from lakehouse.join.state import ReleasePlan
 from lakehouse.quality.errors import QualityError
 from lakehouse.time import Watermark
@@ -115,20 +123,20 @@ def read_ledger(
         if uri and delta.table_exists(uri):
             histories[role] = delta.history(uri)
     pipelines = {
-        c.metadata.get(J.META_PIPELINE)
+        c.metadata.get(META_PIPELINE)
         for role in ("pending", "output")
         for c in histories.get(role, [])
-        if J.META_PLAN in c.metadata
+        if META_PLAN in c.metadata
     } - {None}
     batches: dict[int, _Batch] = {}
     for role, entries in histories.items():
         for entry in entries:
             meta = entry.metadata
-            if J.META_PLAN not in meta or J.META_BATCH_ID not in meta:
+            if META_PLAN not in meta or META_BATCH_ID not in meta:
                 continue  # the create commit, schema changes, other pipelines' dead letters
-            if role == "dead" and meta.get(J.META_PIPELINE) not in pipelines:
+            if role == "dead" and meta.get(META_PIPELINE) not in pipelines:
                 continue
-            batch_id = _integer(entry, meta, J.META_BATCH_ID)
+            batch_id = _integer(entry, meta, META_BATCH_ID)
             batch = batches.setdefault(batch_id, _Batch(batch_id, {}))
             batch.commits.setdefault(role, (entry, meta))
     records: list[BatchRecord] = []
@@ -158,7 +166,7 @@ def _version_at(entries: Iterable[delta.CommitInfo], cut: int | None) -> int | N
     """The newest version whose commit is of a batch at or before ``cut`` (or not a batch)."""
     best: int | None = None
     for entry in entries:
-        raw = entry.metadata.get(J.META_BATCH_ID)
+        raw = entry.metadata.get(META_BATCH_ID)
         batch = None
         if raw is not None:
             try:
@@ -178,16 +186,16 @@ def _record(batch: _Batch, previous_pending: int) -> BatchRecord | None:
     order = [r for r in ("pending", "output", "dead") if r in commits]
     entry, meta = commits[order[0]]
     try:
-        plan = ReleasePlan.from_json(meta[J.META_PLAN])
+        plan = ReleasePlan.from_json(meta[META_PLAN])
     except Exception as e:  # KeyError, JSONDecodeError, WatermarkError
-        raise _fail(entry, meta, J.META_PLAN, e) from e
-    counted = next((commits[r] for r in order if J.META_ARRIVED in commits[r][1]), None)
-    if counted is not None and J.META_RELEASED in counted[1]:
+        raise _fail(entry, meta, META_PLAN, e) from e
+    counted = next((commits[r] for r in order if META_ARRIVED in commits[r][1]), None)
+    if counted is not None and META_RELEASED in counted[1]:
         c_entry, c_meta = counted
-        arrived = _integer(c_entry, c_meta, J.META_ARRIVED)
-        released = _integer(c_entry, c_meta, J.META_RELEASED)
-        pending_rows = _integer(c_entry, c_meta, J.META_PENDING_ROWS)
-        dead = _integer(c_entry, c_meta, J.META_DEAD_LETTERED)
+        arrived = _integer(c_entry, c_meta, META_ARRIVED)
+        released = _integer(c_entry, c_meta, META_RELEASED)
+        pending_rows = _integer(c_entry, c_meta, META_PENDING_ROWS)
+        dead = _integer(c_entry, c_meta, META_DEAD_LETTERED)
     elif "output" in commits:
         # the fast path: everything that arrived was released, in this output commit
         released = commits["output"][0].rows
@@ -195,7 +203,7 @@ def _record(batch: _Batch, previous_pending: int) -> BatchRecord | None:
         pending_rows = 0
         dead = 0
         if counted is not None:  # its dead letters (malformed records) say how many
-            dead = _integer(counted[0], counted[1], J.META_DEAD_LETTERED)
+            dead = _integer(counted[0], counted[1], META_DEAD_LETTERED)
     else:
         return None  # dead letters of a fast-path batch whose output is not committed yet
     if (pending_rows or previous_pending) and "pending" not in commits:
@@ -207,7 +215,7 @@ def _record(batch: _Batch, previous_pending: int) -> BatchRecord | None:
         version=last.version,
         timestamp_ms=last.timestamp_ms,
         batch_id=batch.batch_id,
-        pipeline=meta.get(J.META_PIPELINE),
+        pipeline=meta.get(META_PIPELINE),
         arrived=arrived,
         released=released,
         pending_rows=pending_rows,

@@ -17,9 +17,27 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    OP,
+    SEQ,
+)
 from lakehouse.errors import TableNotFoundError, UnsupportedTableError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    BATCH_ID,
+    BUILD_VERSION,
+    JOIN_MODE,
+    LATE,
+    MATCHED,
+    POSITION,
+    RELEASED_BY,
+    TIME_MS,
+)
 from lakehouse.join.options import MS_PER_UNIT, TimeUnit
 from lakehouse.quality.explain import Change, explain_pending, explain_unmatched
 from lakehouse.quality.frames import (
@@ -210,7 +228,7 @@ class PandasFrames:
             )
 
         ids = pd.concat(
-            [part(output, "output", J.BATCH_ID), part(pending, "pending", J.ARRIVAL_BATCH)],
+            [part(output, "output", BATCH_ID), part(pending, "pending", ARRIVAL_BATCH)],
             ignore_index=True,
         )
         ids["_batch_id"] = ids["_batch_id"].astype("Int64")
@@ -219,17 +237,17 @@ class PandasFrames:
     def with_reason(
         self, df: pd.DataFrame, reasons_uri: str, state: str
     ) -> tuple[pd.DataFrame, list[str]]:
-        if not set(J.POSITION) <= set(df.columns):
+        if not set(POSITION) <= set(df.columns):
             return df, []
-        why = to_pandas(read_arrow(reasons_uri, None, columns=[STATE, *J.POSITION, REASON]))
+        why = to_pandas(read_arrow(reasons_uri, None, columns=[STATE, *POSITION, REASON]))
         why = (
-            why[why[STATE] == state][[*J.POSITION, REASON]]
-            .dropna(subset=list(J.POSITION))  # NULL positions join nothing, as in SQL
-            .drop_duplicates(subset=list(J.POSITION))  # so no row of df is repeated
+            why[why[STATE] == state][[*POSITION, REASON]]
+            .dropna(subset=list(POSITION))  # NULL positions join nothing, as in SQL
+            .drop_duplicates(subset=list(POSITION))  # so no row of df is repeated
         )
-        for c in J.POSITION:
+        for c in POSITION:
             why[c] = why[c].astype(df[c].dtype)
-        joined = df.merge(why, on=list(J.POSITION), how="left")
+        joined = df.merge(why, on=list(POSITION), how="left")
         joined.attrs = dict(df.attrs)
         return joined, [REASON]
 
@@ -238,10 +256,10 @@ class PandasFrames:
     ) -> pd.DataFrame:
         import pandas as pd
 
-        matched = output[J.MATCHED].fillna(False).astype(bool)
+        matched = output[MATCHED].fillna(False).astype(bool)
         texts: list[str | None] = []
         columns = [output[c].tolist() for c in id_columns]
-        batches = output[J.BATCH_ID].tolist()
+        batches = output[BATCH_ID].tolist()
         reasons = output[REASON].tolist() if reason else [None] * len(output)
         for i, ok in enumerate(matched.tolist()):
             if ok:
@@ -261,16 +279,16 @@ class PandasFrames:
         return out
 
     def released_late(self, output: pd.DataFrame) -> int:
-        if J.RELEASED_BY not in output.columns:
+        if RELEASED_BY not in output.columns:
             return 0
-        return int((output[J.RELEASED_BY] == J.LATE).sum())
+        return int((output[RELEASED_BY] == LATE).sum())
 
     def with_pending_age(
         self, pending: pd.DataFrame, now_ms: int
     ) -> tuple[pd.DataFrame, int | None]:
         import pandas as pd
 
-        aged = pending.assign(**{PENDING_AGE: now_ms - _epoch_ms(pending[J.ARRIVED_AT])})
+        aged = pending.assign(**{PENDING_AGE: now_ms - _epoch_ms(pending[ARRIVED_AT])})
         oldest = aged[PENDING_AGE].max() if len(aged) else None
         return aged, None if oldest is None or pd.isna(oldest) else int(oldest)
 
@@ -352,15 +370,15 @@ def _build_changes(
             names = {f.name for f in log.schema().fields}
             if not set(build_key) <= names:
                 continue
-            kafka = [L.KAFKA_TOPIC, L.KAFKA_PARTITION, L.KAFKA_OFFSET]
+            kafka = [KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET]
             has_pos = set(kafka) <= names
-            wanted = [*build_key, L.OP, L.EVENT_TIME, L.SEQ, *(kafka if has_pos else [])]
+            wanted = [*build_key, OP, EVENT_TIME, SEQ, *(kafka if has_pos else [])]
             table = read_arrow(build_table, v, wanted, table=log)
         except (TableNotFoundError, UnsupportedTableError):
             continue  # vacuumed or unreadable: the next version read explains its rows
-        start = pc.cast(pc.cast(table.column(L.EVENT_TIME), pa.timestamp("us")), pa.int64())
-        seq = pc.cast(table.column(L.SEQ), pa.string()).to_pylist()
-        ops = table.column(L.OP).to_pylist()
+        start = pc.cast(pc.cast(table.column(EVENT_TIME), pa.timestamp("us")), pa.int64())
+        seq = pc.cast(table.column(SEQ), pa.string()).to_pylist()
+        ops = table.column(OP).to_pylist()
         pos: list[str | None]
         if has_pos:
             topics, parts, offsets = (table.column(c).to_pylist() for c in kafka)
@@ -418,10 +436,10 @@ def _explain_rows(
     from deltalake import DeltaTable, write_deltalake
 
     ids = list(dict.fromkeys([probe_id, *probe_key]))
-    position = [c for c in J.POSITION if c in output.columns]
-    rows = output[~output[J.MATCHED].fillna(False).astype(bool)]
+    position = [c for c in POSITION if c in output.columns]
+    rows = output[~output[MATCHED].fillna(False).astype(bool)]
     times = _time_ms(rows, probe_time, probe_time_unit).tolist()
-    versions_of = rows[J.BUILD_VERSION].astype("Int64").tolist()
+    versions_of = rows[BUILD_VERSION].astype("Int64").tolist()
     versions = sorted({int(v) for v in versions_of if v is not pd.NA})
     changes, truncates = _build_changes(build_table, versions, build_key)
     read = sorted(changes)
@@ -431,7 +449,7 @@ def _explain_rows(
         if len(rows)
         else []
     )
-    modes = rows[J.JOIN_MODE].tolist()
+    modes = rows[JOIN_MODE].tolist()
     reasons: list[str] = []
     details: list[str] = []
     explained_at: list[int | None] = []
@@ -451,7 +469,7 @@ def _explain_rows(
         explained_at.append(a if read else None)
 
     none = Watermark(WATERMARK_MIN)
-    pending_times = pending[J.TIME_MS].astype("Int64").tolist()
+    pending_times = pending[TIME_MS].astype("Int64").tolist()
     pending_reasons = [
         explain_pending(
             time_ms=None if t is pd.NA else int(t),
@@ -469,9 +487,9 @@ def _explain_rows(
         pa.field(c, _arrow_type(output, c, _arrow_type(pending, c, pa.string()))) for c in ids
     ]
     fields += [
-        pa.field(J.JOIN_MODE, pa.string()),
-        pa.field(J.BUILD_VERSION, pa.int64()),
-        pa.field(J.BATCH_ID, pa.int64()),
+        pa.field(JOIN_MODE, pa.string()),
+        pa.field(BUILD_VERSION, pa.int64()),
+        pa.field(BATCH_ID, pa.int64()),
     ]
     fields += [pa.field(c, _arrow_type(output, c, pa.int64())) for c in position]
     fields += [
@@ -485,9 +503,9 @@ def _explain_rows(
     columns: dict[str, list[Any]] = {
         STATE: ["unmatched"] * len(rows) + ["pending"] * len(pending),
         **{c: rows[c].tolist() + pending[c].tolist() for c in ids},
-        J.JOIN_MODE: modes + [None] * len(pending),
-        J.BUILD_VERSION: versions_of + [None] * len(pending),
-        J.BATCH_ID: rows[J.BATCH_ID].tolist() + pending[J.ARRIVAL_BATCH].tolist(),
+        JOIN_MODE: modes + [None] * len(pending),
+        BUILD_VERSION: versions_of + [None] * len(pending),
+        BATCH_ID: rows[BATCH_ID].tolist() + pending[ARRIVAL_BATCH].tolist(),
         **{
             c: rows[c].tolist()
             + (pending[c].tolist() if c in pending_position else [None] * len(pending))
@@ -529,7 +547,7 @@ def _explain_rows(
     later = (
         sum(
             1
-            for e, v in zip(clean[EXPLAINED_AT], clean[J.BUILD_VERSION], strict=True)
+            for e, v in zip(clean[EXPLAINED_AT], clean[BUILD_VERSION], strict=True)
             if e is not None and v is not None and e > v
         )
         if read

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from lakehouse.join import layout as J
+from lakehouse.join.layout import ARRIVAL_BATCH, ARRIVED_AT, BATCH_ID
 from lakehouse.quality import _ledger
 from lakehouse.quality._gx import (
     ExpectationOutcome,
@@ -141,7 +141,7 @@ class Checks:
         self.sample_rows = sample_rows
         self.reasons = reasons
         # identify an output row in a failing sample: probe id, key, time, batch
-        self.row_ids = [*pinned.id_columns, J.BATCH_ID]
+        self.row_ids = [*pinned.id_columns, BATCH_ID]
 
     def _run(self, name: CheckName, asset: str, df: Any, **kw: Any) -> list[ExpectationOutcome]:
         return self.session.validate(
@@ -236,7 +236,7 @@ class Checks:
             "pending",
             aged,
             parameters={"max_pending_age_ms": max_pending_age_ms},
-            index_columns=[*self.pinned.id_columns, J.ARRIVED_AT, J.ARRIVAL_BATCH, *reason],
+            index_columns=[*self.pinned.id_columns, ARRIVED_AT, ARRIVAL_BATCH, *reason],
         )
         return _age_result(
             self.suites["pending_age"].path,

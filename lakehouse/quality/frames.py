@@ -23,7 +23,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from lakehouse import delta
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    BATCH_ID,
+    BUILD_VERSION,
+    JOIN_MODE,
+    LATE,
+    MATCHED,
+    POSITION,
+    RELEASED_BY,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -124,10 +134,10 @@ def output_stand_in_schema(pending_schema: StructType, id_columns: Sequence[str]
     return StructType(
         [pending_schema[c] for c in id_columns]
         + [
-            StructField(J.MATCHED, BooleanType(), True),
-            StructField(J.BUILD_VERSION, LongType(), True),
-            StructField(J.JOIN_MODE, StringType(), True),
-            StructField(J.BATCH_ID, LongType(), True),
+            StructField(MATCHED, BooleanType(), True),
+            StructField(BUILD_VERSION, LongType(), True),
+            StructField(JOIN_MODE, StringType(), True),
+            StructField(BATCH_ID, LongType(), True),
         ]
     )
 
@@ -166,12 +176,12 @@ class SparkFrames:
         return output.select(
             F.col(probe_id).alias("probe_id"),
             F.lit("output").alias("_table"),
-            F.col(J.BATCH_ID).cast("bigint").alias("_batch_id"),
+            F.col(BATCH_ID).cast("bigint").alias("_batch_id"),
         ).unionByName(
             pending.select(
                 F.col(probe_id).alias("probe_id"),
                 F.lit("pending").alias("_table"),
-                F.col(J.ARRIVAL_BATCH).cast("bigint").alias("_batch_id"),
+                F.col(ARRIVAL_BATCH).cast("bigint").alias("_batch_id"),
             )
         )
 
@@ -182,15 +192,15 @@ class SparkFrames:
 
         from lakehouse.quality.unmatched import REASON, STATE
 
-        if not set(J.POSITION) <= set(df.columns):
+        if not set(POSITION) <= set(df.columns):
             return df, []
         why = (
             delta.read(self.spark, reasons_uri)
             .filter(F.col(STATE) == F.lit(state))
-            .select(*J.POSITION, REASON)
-            .dropDuplicates(list(J.POSITION))  # so no row of df is repeated
+            .select(*POSITION, REASON)
+            .dropDuplicates(list(POSITION))  # so no row of df is repeated
         )
-        return df.join(why, list(J.POSITION), "left"), [REASON]
+        return df.join(why, list(POSITION), "left"), [REASON]
 
     def with_unmatched(
         self, output: DataFrame, id_columns: Sequence[str], reason: bool
@@ -206,13 +216,11 @@ class SparkFrames:
         why = F.col(REASON) if reason else F.lit(None).cast("string")
         return output.withColumn(
             UNMATCHED,
-            F.when(
-                F.coalesce(F.col(J.MATCHED), F.lit(False)), F.lit(None).cast("string")
-            ).otherwise(
+            F.when(F.coalesce(F.col(MATCHED), F.lit(False)), F.lit(None).cast("string")).otherwise(
                 F.concat_ws(
                     " ",
                     *named,
-                    F.concat(F.lit("(batch "), F.col(J.BATCH_ID).cast("string"), F.lit("):")),
+                    F.concat(F.lit("(batch "), F.col(BATCH_ID).cast("string"), F.lit("):")),
                     F.coalesce(why, F.lit("reason not recorded")),
                 )
             ),
@@ -221,15 +229,15 @@ class SparkFrames:
     def released_late(self, output: DataFrame) -> int:
         from pyspark.sql import functions as F
 
-        if J.RELEASED_BY not in output.columns:
+        if RELEASED_BY not in output.columns:
             return 0
-        return int(output.filter(F.col(J.RELEASED_BY) == F.lit(J.LATE)).count())
+        return int(output.filter(F.col(RELEASED_BY) == F.lit(LATE)).count())
 
     def with_pending_age(self, pending: DataFrame, now_ms: int) -> tuple[DataFrame, int | None]:
         from pyspark.sql import functions as F
 
         aged = pending.withColumn(
-            PENDING_AGE, F.lit(now_ms).cast("bigint") - F.unix_millis(F.col(J.ARRIVED_AT))
+            PENDING_AGE, F.lit(now_ms).cast("bigint") - F.unix_millis(F.col(ARRIVED_AT))
         )
         oldest = aged.agg(F.max(PENDING_AGE)).first()
         return aged, None if oldest is None or oldest[0] is None else int(oldest[0])

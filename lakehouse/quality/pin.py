@@ -14,9 +14,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_FIRST_COMPLETED_VERSION,
+    PROP_SNAPSHOT_STATE,
+)
 from lakehouse.errors import ConfigError, TableNotFoundError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    ARRIVED_AT,
+    BATCH_ID,
+    BUILD_VERSION,
+    JOIN_MODE,
+    MATCHED,
+)
 from lakehouse.quality import _ledger
 from lakehouse.quality._ledger import Accounting, Ledger
 
@@ -34,12 +47,12 @@ class TableVersion:
 
 
 # Join lineage columns the report reads (lakehouse.join.layout).
-_MATCHED = J.MATCHED
-_BUILD_VERSION = J.BUILD_VERSION
-_JOIN_MODE = J.JOIN_MODE
-_BATCH_ID = J.BATCH_ID
-_ARRIVED_AT = J.ARRIVED_AT
-_ARRIVAL_BATCH = J.ARRIVAL_BATCH
+_MATCHED = MATCHED
+_BUILD_VERSION = BUILD_VERSION
+_JOIN_MODE = JOIN_MODE
+_BATCH_ID = BATCH_ID
+_ARRIVED_AT = ARRIVED_AT
+_ARRIVAL_BATCH = ARRIVAL_BATCH
 
 
 # ------------------------------------------------------------------------------ versions
@@ -170,18 +183,18 @@ def build_marker(uri: str) -> BuildMarker:
     version = delta.latest_version(uri)
     props = delta.get_properties(uri, version=version)
     marker = {k: v for k, v in props.items() if k.startswith("lakehouse.snapshot.")}
-    complete = props.get(L.PROP_SNAPSHOT_COMPLETE, "false").strip().lower() == "true"
-    first = props.get(L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, "").strip()
-    raw = props.get(L.PROP_SNAPSHOT_COMPLETED_VERSION, "").strip()
+    complete = props.get(PROP_SNAPSHOT_COMPLETE, "false").strip().lower() == "true"
+    first = props.get(PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, "").strip()
+    raw = props.get(PROP_SNAPSHOT_COMPLETED_VERSION, "").strip()
     # a re-snapshot clears `complete` but the join stays on the last complete version; a
     # marker taken back in any other way means no processing-time row may exist
-    resnapshot = props.get(L.PROP_SNAPSHOT_STATE, "").strip() == "resnapshot"
+    resnapshot = props.get(PROP_SNAPSHOT_STATE, "").strip() == "resnapshot"
     completed: int | None = None
     if (complete or resnapshot) and first.lstrip("-").isdigit():
         completed = int(first)
     elif complete and raw.lstrip("-").isdigit():
         completed = int(raw)
-    key = tuple(k.strip() for k in props.get(L.PROP_PRIMARY_KEY, "").split(",") if k.strip())
+    key = tuple(k.strip() for k in props.get(PROP_PRIMARY_KEY, "").split(",") if k.strip())
     return BuildMarker(version, completed is not None, completed, marker, key)
 
 

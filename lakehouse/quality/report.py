@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import PROP_SNAPSHOT_COMPLETED_AT
 from lakehouse.errors import ConfigError
 from lakehouse.quality._gx import (
     DOCS_DIR,
@@ -257,7 +257,7 @@ def run_quality_report(
         ),
         source=f"pending table: {pending_table}",
         snapshot_completed_at=(
-            pinned.build.properties.get(L.PROP_SNAPSHOT_COMPLETED_AT)
+            pinned.build.properties.get(PROP_SNAPSHOT_COMPLETED_AT)
             if pinned.build.complete
             else None
         ),

@@ -28,9 +28,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    OP,
+    SEQ,
+)
 from lakehouse.errors import TableNotFoundError, UnsupportedTableError
-from lakehouse.join import layout as J
+from lakehouse.join.layout import (
+    ARRIVAL_BATCH,
+    BATCH_ID,
+    BUILD_VERSION,
+    JOIN_MODE,
+    MATCHED,
+    POSITION,
+    TIME_MS,
+)
 from lakehouse.join.options import MS_PER_UNIT, TimeUnit
 from lakehouse.quality.explain import Change, explain_pending, explain_unmatched
 from lakehouse.table_kinds import TableKind, creation_properties
@@ -128,17 +143,17 @@ def explain_rows(
     from pyspark.sql import functions as F
 
     ids = list(dict.fromkeys([probe_id, *probe_key]))
-    position = [c for c in J.POSITION if c in output.columns]
-    unmatched = output.filter(~F.coalesce(F.col(J.MATCHED), F.lit(False))).select(
+    position = [c for c in POSITION if c in output.columns]
+    unmatched = output.filter(~F.coalesce(F.col(MATCHED), F.lit(False))).select(
         F.lit("unmatched").alias(STATE),
         *ids,
         _time_ms(output, probe_time, probe_time_unit).alias("_t"),
-        F.col(J.JOIN_MODE),
-        F.col(J.BUILD_VERSION).cast("bigint").alias(J.BUILD_VERSION),
-        F.col(J.BATCH_ID).cast("bigint").alias(J.BATCH_ID),
+        F.col(JOIN_MODE),
+        F.col(BUILD_VERSION).cast("bigint").alias(BUILD_VERSION),
+        F.col(BATCH_ID).cast("bigint").alias(BATCH_ID),
         *position,
     )
-    distinct = unmatched.select(J.BUILD_VERSION).distinct().collect()
+    distinct = unmatched.select(BUILD_VERSION).distinct().collect()
     versions = sorted({int(r[0]) for r in distinct if r[0] is not None})
     explained_unmatched, read = _explain_unmatched(
         spark,
@@ -158,7 +173,7 @@ def explain_rows(
     written = delta.read(spark, uri)
     counts = {(r[0], r[1]): int(r[2]) for r in written.groupBy(STATE, REASON).count().collect()}
     by_reason = {reason: n for (_, reason), n in counts.items()}  # a reason has one state
-    later = written.filter(F.col(EXPLAINED_AT) > F.col(J.BUILD_VERSION)).count() if read else 0
+    later = written.filter(F.col(EXPLAINED_AT) > F.col(BUILD_VERSION)).count() if read else 0
     sample = (
         written.orderBy(F.col(STATE).desc(), F.col(TIME).asc_nulls_last(), *ids).limit(examples)
         if examples
@@ -245,12 +260,12 @@ def _explain_unmatched(
     for k in probe_key:
         key_null = key_null | F.col(k).isNull()
     probe = (
-        rows.join(F.broadcast(mapping), F.col(J.BUILD_VERSION) == F.col("_v"), "left")
+        rows.join(F.broadcast(mapping), F.col(BUILD_VERSION) == F.col("_v"), "left")
         .drop("_v")
         .withColumn(_KEY_NULL, key_null)
         .withColumn(
             _TIME_US,
-            F.when(F.col(J.JOIN_MODE) == F.lit("proctime"), F.lit(None).cast("bigint")).otherwise(
+            F.when(F.col(JOIN_MODE) == F.lit("proctime"), F.lit(None).cast("bigint")).otherwise(
                 F.col("_t") * F.lit(1000)
             ),
         )
@@ -276,11 +291,11 @@ def _explain_unmatched(
         part = df.select(
             *(F.col(b).cast("string").alias(f"_k_{b}") for b in build_key),
             F.lit(v).cast("bigint").alias(_AT),
-            F.col(L.OP).alias("_op"),
-            F.unix_micros(F.col(L.EVENT_TIME)).alias("_start_us"),
-            F.col(L.SEQ).cast("string").alias("_seq"),
+            F.col(OP).alias("_op"),
+            F.unix_micros(F.col(EVENT_TIME)).alias("_start_us"),
+            F.col(SEQ).cast("string").alias("_seq"),
             _position(df).alias("_pos"),
-            (F.col(L.OP) == F.lit("t")).alias("_truncate"),
+            (F.col(OP) == F.lit("t")).alias("_truncate"),
         )
         changes = part if changes is None else changes.unionByName(part)
     if changes is None:
@@ -351,15 +366,15 @@ def _position(df: DataFrame) -> Column:
     """``topic/partition@offset`` of a build row, when the table has the columns."""
     from pyspark.sql import functions as F
 
-    if not {L.KAFKA_TOPIC, L.KAFKA_PARTITION, L.KAFKA_OFFSET} <= set(df.columns):
+    if not {KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET} <= set(df.columns):
         return F.lit(None).cast("string")
     return F.concat_ws(
         "",
-        F.col(L.KAFKA_TOPIC),
+        F.col(KAFKA_TOPIC),
         F.lit("/"),
-        F.col(L.KAFKA_PARTITION).cast("string"),
+        F.col(KAFKA_PARTITION).cast("string"),
         F.lit("@"),
-        F.col(L.KAFKA_OFFSET).cast("string"),
+        F.col(KAFKA_OFFSET).cast("string"),
     )
 
 
@@ -382,8 +397,8 @@ def _explain_pending(
     rows = pending.select(
         F.lit("pending").alias(STATE),
         *ids,
-        F.col(J.TIME_MS).cast("bigint").alias("_t"),
-        F.col(J.ARRIVAL_BATCH).cast("bigint").alias(J.BATCH_ID),
+        F.col(TIME_MS).cast("bigint").alias("_t"),
+        F.col(ARRIVAL_BATCH).cast("bigint").alias(BATCH_ID),
         *[c for c in position if c in pending.columns],
     )
     schema: StructType = StructType(

@@ -28,7 +28,7 @@ from pyspark.errors import StreamingQueryException
 
 from lakehouse import delta
 from lakehouse.config import KafkaConfig, load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import EVENT_TIME, KAFKA_OFFSET, OP, SEQ, SNAPSHOT
 from lakehouse.errors import BrokerUnavailableError, DataSafetyError, SourceError
 from lakehouse.runner import SupervisedQuery, check_kafka_stream, start_ingest
 from lakehouse.sources import kafka_stream_options
@@ -86,7 +86,7 @@ def _config(
 
 
 def _build_rows(spark, uri: str):
-    cols = ["currency", "rate", L.OP, L.EVENT_TIME, L.SEQ, L.SNAPSHOT, L.KAFKA_OFFSET]
+    cols = ["currency", "rate", OP, EVENT_TIME, SEQ, SNAPSHOT, KAFKA_OFFSET]
     return delta.read(spark, uri).select(*cols).collect()
 
 

@@ -12,8 +12,16 @@ from pyspark.sql.types import StructType
 
 from lakehouse import delta
 from lakehouse.dimension import BuildSink, BuildTarget
-from lakehouse.dimension import layout as L
 from lakehouse.dimension.decode import decode_raw
+from lakehouse.dimension.layout import (
+    META_BATCH_ID,
+    META_END_OFFSETS,
+    META_MAX_EVENT_TIME,
+    META_WATERMARK,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_SIGNAL,
+)
 from lakehouse.errors import ConfigError
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
 from lakehouse.testing import DebeziumTable
@@ -66,14 +74,14 @@ def test_marker_is_set_exactly_when_the_snapshot_ends(spark, tmp_path):
     uri = str(tmp_path / "build")
     r0 = sink.process(_raw(spark, snap[:2]), 0)  # first, true: not over yet
     assert r0.targets[0].rows == 2 and not r0.targets[0].snapshot_complete
-    assert delta.get_properties(uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert delta.get_properties(uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     r1 = sink.process(_raw(spark, snap[2:], first_offset=2), 1)  # the 'last' record
     assert r1.targets[0].marker_set_now
     props = delta.get_properties(uri)
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "last"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_SIGNAL] == "last"
     # the marker names the data version that holds the last snapshot row, and comes after it
-    completed = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+    completed = int(props[PROP_SNAPSHOT_COMPLETED_VERSION])
     assert completed == r1.targets[0].version < delta.latest_version(uri)
     assert delta.read(spark, uri, version=completed).count() == 3
     r2 = sink.process(_raw(spark, log, first_offset=3), 2)
@@ -101,11 +109,11 @@ def test_log_record_after_snapshot_rows_sets_marker(spark, tmp_path):
     )[:2]  # no 'last'
     sink = _sink(tmp_path)
     sink.process(_raw(spark, snap), 0)
-    assert delta.get_properties(str(tmp_path / "build"))[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert delta.get_properties(str(tmp_path / "build"))[PROP_SNAPSHOT_COMPLETE] == "false"
     sink.process(_raw(spark, [t.update({"currency": "EUR", "rate": "2"})], first_offset=2), 1)
     props = delta.get_properties(str(tmp_path / "build"))
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "log_record"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_SIGNAL] == "log_record"
 
 
 def test_out_of_order_delivery_across_partitions_gives_the_same_table(spark, tmp_path):
@@ -166,13 +174,13 @@ def test_crash_between_data_and_marker_commit_is_healed_on_restart(spark, tmp_pa
     with pytest.raises(RuntimeError):
         _sink(tmp_path).process(_raw(spark, snap), 0)
     uri = str(tmp_path / "build")
-    assert delta.get_properties(uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert delta.get_properties(uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     monkeypatch.undo()
     restarted = _sink(tmp_path)
     assert restarted.process(_raw(spark, snap), 0).skipped  # data already there
     props = delta.get_properties(uri)
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]) == data_commit_of_batch(uri, 0)
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert int(props[PROP_SNAPSHOT_COMPLETED_VERSION]) == data_commit_of_batch(uri, 0)
 
 
 def test_commit_metadata_records_batch_watermark_and_offsets(spark, tmp_path):
@@ -181,10 +189,10 @@ def test_commit_metadata_records_batch_watermark_and_offsets(spark, tmp_path):
     sink.process(_raw(spark, snap, partition=3, first_offset=10), 7)
     data = next(c for c in delta.history(str(tmp_path / "build")) if c.operation == "WRITE")
     max_ts = 1_700_000_000_000 + 2000
-    assert data.metadata[L.META_BATCH_ID] == "7"
-    assert data.metadata[L.META_MAX_EVENT_TIME] == str(max_ts)
-    assert data.metadata[L.META_WATERMARK] == str(max_ts - 500 - 1)
-    assert json.loads(data.metadata[L.META_END_OFFSETS]) == {"cdc": {"3": 13}}
+    assert data.metadata[META_BATCH_ID] == "7"
+    assert data.metadata[META_MAX_EVENT_TIME] == str(max_ts)
+    assert data.metadata[META_WATERMARK] == str(max_ts - 500 - 1)
+    assert json.loads(data.metadata[META_END_OFFSETS]) == {"cdc": {"3": 13}}
 
 
 def test_missing_key_column_is_a_clear_error(spark, tmp_path):

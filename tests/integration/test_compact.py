@@ -29,7 +29,7 @@ from lakehouse import delta
 from lakehouse.cli import main
 from lakehouse.delta.maintenance import files_at
 from lakehouse.dimension import BuildSink, BuildTarget
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import INGESTED_AT, PROP_SNAPSHOT_COMPLETE, PROP_TABLE_KIND
 from lakehouse.errors import ConcurrentCommitError
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.maintenance import compact, compacted, vacuum_table
@@ -164,7 +164,7 @@ def test_compaction_of_a_real_build_table_keeps_joins_inside_the_horizon(spark, 
     sink, gen, offset = _ingested_rates(spark, tmp_path)
     build = str(tmp_path / "rates")
     props_before = delta.get_properties(build)
-    assert props_before[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props_before[PROP_SNAPSHOT_COMPLETE] == "true"
     rows_before = delta.row_count(build)
     horizon = T0 + 3 * MINUTE + 30_000  # after the truncate, before the re-inserts
     # probes inside the horizon: at it, between the versions after it, and far later
@@ -208,7 +208,7 @@ def test_compaction_of_a_real_build_table_keeps_joins_inside_the_horizon(spark, 
 def test_compaction_fails_cleanly_when_the_ingest_appends_concurrently(spark, tmp_path):
     sink, gen, offset = _ingested_rates(spark, tmp_path)
     build = str(tmp_path / "rates")
-    rows = sorted(map(tuple, delta.read(spark, build).drop(L.INGESTED_AT).collect()), key=repr)
+    rows = sorted(map(tuple, delta.read(spark, build).drop(INGESTED_AT).collect()), key=repr)
     entries = set(Path(build).iterdir())
 
     def ingest_appends():
@@ -219,7 +219,7 @@ def test_compaction_fails_cleanly_when_the_ingest_appends_concurrently(spark, tm
     with pytest.raises(ConcurrentCommitError, match="changed while it was being rewritten"):
         compact(spark, build, horizon_ms=T0 + 3 * MINUTE, before_commit=ingest_appends)
     # the append is there, the compaction is not: every version plus the new one
-    after = sorted(map(tuple, delta.read(spark, build).drop(L.INGESTED_AT).collect()), key=repr)
+    after = sorted(map(tuple, delta.read(spark, build).drop(INGESTED_AT).collect()), key=repr)
     assert len(after) == len(rows) + 1 and set(rows) <= set(after)
     assert delta.history(build, limit=1)[0].metadata.get("lakehouse.operation") is None
     staged = [p.name for p in set(Path(build).iterdir()) - entries if p.name.startswith("c-")]
@@ -293,7 +293,7 @@ def test_vacuum_of_a_build_table_without_outputs_is_refused(spark, tmp_path, cap
     delta.create_table(
         uri,
         StructType.fromDDL("k string"),
-        properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_TABLE_KIND: "build"},
+        properties={PROP_SNAPSHOT_COMPLETE: "true", PROP_TABLE_KIND: "build"},
     )
     with pytest.raises(SystemExit) as exited:
         main(["vacuum", uri])

@@ -21,13 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import scenario as S
+import scenario
 from helpers import assert_rows_equal, lakehouse_command, write_build_table
 from reference import Version
 from scenario import START_MS, Run, Step
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    META_SNAPSHOT_ENDED,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+)
 from lakehouse.failpoints import POINTS
 from lakehouse.runner import start_ingest, start_join
 
@@ -65,14 +69,14 @@ def _vacuum(spark: Any, run: Run) -> None:
 
 def _ingest_steps(inputs: Path, *, batches_only: int | None = None) -> list[Step]:
     """The ingest scenario's steps; ``batches_only``: just the ingest of that many batches."""
-    batches = S.cdc_batches()
+    batches = scenario.cdc_batches()
 
     def write(first: int, last: int) -> Callable[[], None]:
         def go() -> None:
             inputs.mkdir(parents=True, exist_ok=True)
             for i in range(first, last):
                 if not (inputs / f"{i:04d}.jsonl").exists():
-                    S.write_lines(inputs / f"{i:04d}.jsonl", batches[i])
+                    scenario.write_lines(inputs / f"{i:04d}.jsonl", batches[i])
 
         return go
 
@@ -80,10 +84,17 @@ def _ingest_steps(inputs: Path, *, batches_only: int | None = None) -> list[Step
     if batches_only is not None:
         write_some = write(0, batches_only)
         return [
-            Step("ingest", lambda r: [*build, str(r.config)], S.stream(start_ingest), write_some)
+            Step(
+                "ingest",
+                lambda r: [*build, str(r.config)],
+                scenario.stream(start_ingest),
+                write_some,
+            )
         ]
     return [
-        Step("ingest", lambda r: [*build, str(r.config)], S.stream(start_ingest), write(0, 6)),
+        Step(
+            "ingest", lambda r: [*build, str(r.config)], scenario.stream(start_ingest), write(0, 6)
+        ),
         Step(
             "schema-resolve",
             lambda r: [
@@ -100,7 +111,7 @@ def _ingest_steps(inputs: Path, *, batches_only: int | None = None) -> list[Step
         Step(
             "ingest",
             lambda r: [*build, str(r.config)],
-            S.stream(start_ingest),
+            scenario.stream(start_ingest),
             write(6, 7),
             # a compaction (OPTIMIZE) after every append, in the killed runs of this step only,
             # so that one falls in the batch optimize.after_commit names
@@ -125,11 +136,13 @@ def _ingest_steps(inputs: Path, *, batches_only: int | None = None) -> list[Step
 def _join_steps(inputs: Path) -> list[Step]:
     def write() -> None:
         inputs.mkdir(parents=True, exist_ok=True)
-        for i, lines in enumerate(S.probe_batches()):
+        for i, lines in enumerate(scenario.probe_batches()):
             if not (inputs / f"{i:04d}.jsonl").exists():
-                S.write_lines(inputs / f"{i:04d}.jsonl", lines)
+                scenario.write_lines(inputs / f"{i:04d}.jsonl", lines)
 
-    return [Step("join", lambda r: ["join", "-c", str(r.config)], S.stream(start_join), write)]
+    return [
+        Step("join", lambda r: ["join", "-c", str(r.config)], scenario.stream(start_join), write)
+    ]
 
 
 def _with_conf(entry: str) -> str:
@@ -164,16 +177,16 @@ def _run_chain(spark: Any, steps: list[Step], run: Run, kills: dict[int, Sequenc
 
 def _assert_same_build(spark: Any, got: Run, ref: Run) -> None:
     got_uri, ref_uri = got.tables["build"], ref.tables["build"]
-    assert_rows_equal(S.build_rows(spark, got_uri), S.build_rows(spark, ref_uri))
+    assert_rows_equal(scenario.build_rows(spark, got_uri), scenario.build_rows(spark, ref_uri))
     assert_rows_equal(
-        S.dead_rows(spark, got.tables["dead"]), S.dead_rows(spark, ref.tables["dead"])
+        scenario.dead_rows(spark, got.tables["dead"]), scenario.dead_rows(spark, ref.tables["dead"])
     )
     got_props, ref_props = delta.get_properties(got_uri), delta.get_properties(ref_uri)
-    assert S.same_properties(got_props) == S.same_properties(ref_props)
+    assert scenario.same_properties(got_props) == scenario.same_properties(ref_props)
     # the marker points at the data commit that ended the (re-)snapshot, as in the reference
     for props, uri in ((got_props, got_uri), (ref_props, ref_uri)):
-        completed = delta.commit_info(uri, int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]))
-        assert completed is not None and completed.metadata.get(L.META_SNAPSHOT_ENDED), props
+        completed = delta.commit_info(uri, int(props[PROP_SNAPSHOT_COMPLETED_VERSION]))
+        assert completed is not None and completed.metadata.get(META_SNAPSHOT_ENDED), props
 
 
 # ------------------------------------------------------------------------------ the chains
@@ -251,10 +264,10 @@ def test_ingest_killed_at_every_point_ends_as_an_uninterrupted_run(spark, tmp_pa
     kills = INGEST_CHAINS[chain]
     batches_only = 6 if chain in FIRST_COMMAND_ONLY else None
     # each run its own input folder: a step writes the files that arrive before it
-    reference = S.ingest(tmp_path, "reference", tmp_path / "reference-cdc")
+    reference = scenario.ingest(tmp_path, "reference", tmp_path / "reference-cdc")
     steps = _ingest_steps(tmp_path / "reference-cdc", batches_only=batches_only)
     _run_chain(spark, steps, reference, {})
-    run = S.ingest(tmp_path, "crashed", tmp_path / "cdc")
+    run = scenario.ingest(tmp_path, "crashed", tmp_path / "cdc")
     if chain == "create-and-log":
         # what a process killed inside the table's first commit leaves: Delta's log folder,
         # no commit (Delta's CREATE TABLE then says the table does not exist)
@@ -285,13 +298,13 @@ def test_join_killed_at_every_point_ends_as_an_uninterrupted_run(
     spark, tmp_path, join_build, chain
 ):
     mode, kills = JOIN_CHAINS[chain]
-    reference = S.join(tmp_path, "reference", tmp_path / "orders", join_build, mode=mode)
+    reference = scenario.join(tmp_path, "reference", tmp_path / "orders", join_build, mode=mode)
     _run_chain(spark, _join_steps(tmp_path / "orders"), reference, {})
-    crashed = S.join(tmp_path, "crashed", tmp_path / "orders", join_build, mode=mode)
+    crashed = scenario.join(tmp_path, "crashed", tmp_path / "orders", join_build, mode=mode)
     _run_chain(spark, _join_steps(tmp_path / "orders"), crashed, kills)
-    S.assert_same_join(spark, crashed, reference)
+    scenario.assert_same_join(spark, crashed, reference)
     if mode == "rowtime":  # 19 orders; the last 3 wait for the watermark
-        assert len(S.output_rows(spark, crashed.tables["output"])) == 16
+        assert len(scenario.output_rows(spark, crashed.tables["output"])) == 16
 
 
 def test_ingest_on_object_storage_killed_at_its_first_commits_ends_as_an_uninterrupted_run(
@@ -302,17 +315,21 @@ def test_ingest_on_object_storage_killed_at_its_first_commits_ends_as_an_uninter
     bucket = s3.create_bucket("crash-matrix")
     conf = "".join(f', "{k}" = "{v}"' for k, v in s3.spark_conf().items())
     steps = _ingest_steps(tmp_path / "cdc", batches_only=2)
-    reference = S.ingest(tmp_path, "reference", tmp_path / "cdc", conf=conf, storage=bucket)
+    reference = scenario.ingest(tmp_path, "reference", tmp_path / "cdc", conf=conf, storage=bucket)
     _run_chain(spark, steps, reference, {})
-    crashed = S.ingest(tmp_path, "crashed", tmp_path / "cdc", conf=conf, storage=bucket)
+    crashed = scenario.ingest(tmp_path, "crashed", tmp_path / "cdc", conf=conf, storage=bucket)
     crashed.env = s3.env()
     # what S3A leaves of a process killed inside the table's first commit: the marker object
     # of Delta's log folder, no commit
     s3.client().put_object(Bucket="crash-matrix", Key="crashed/rates/_delta_log/", Body=b"")
     _run_chain(spark, steps, crashed, {0: S3_CHAIN})
     got, ref = crashed.tables, reference.tables
-    assert_rows_equal(S.build_rows(spark, got["build"]), S.build_rows(spark, ref["build"]))
-    assert_rows_equal(S.dead_rows(spark, got["dead"]), S.dead_rows(spark, ref["dead"]))
+    assert_rows_equal(
+        scenario.build_rows(spark, got["build"]), scenario.build_rows(spark, ref["build"])
+    )
+    assert_rows_equal(
+        scenario.dead_rows(spark, got["dead"]), scenario.dead_rows(spark, ref["dead"])
+    )
     got_props, ref_props = delta.get_properties(got["build"]), delta.get_properties(ref["build"])
-    assert S.same_properties(got_props) == S.same_properties(ref_props)
-    assert got_props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert scenario.same_properties(got_props) == scenario.same_properties(ref_props)
+    assert got_props[PROP_SNAPSHOT_COMPLETE] == "true"

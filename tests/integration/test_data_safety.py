@@ -18,7 +18,14 @@ from lakehouse import delta
 from lakehouse.checkpoint import META_CHECKPOINT, META_CHECKPOINT_ID, checkpoint_id
 from lakehouse.delta.write import AUTO_COMPACT
 from lakehouse.dimension import BuildSink, BuildTarget
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    EVENT_TIME,
+    OP,
+    PROP_SCHEMA_BLOCK,
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETE,
+    SEQ,
+)
 from lakehouse.dimension.marker import phase_of
 from lakehouse.errors import DataSafetyError
 from lakehouse.join import JoinOptions, TemporalJoin, read_build_channel
@@ -34,9 +41,9 @@ def _live_keys(spark, uri: str) -> set[str]:
     rows = delta.read(spark, uri).collect()
     latest: dict[str, tuple] = {}
     for r in rows:
-        order = (r[L.EVENT_TIME], r[L.SEQ])
+        order = (r[EVENT_TIME], r[SEQ])
         if r.currency not in latest or order > latest[r.currency][0]:
-            latest[r.currency] = (order, r[L.OP])
+            latest[r.currency] = (order, r[OP])
     return {k for k, (_, op) in latest.items() if op != "d"}
 
 
@@ -58,7 +65,7 @@ def test_replayed_snapshot_rows_do_not_start_a_resnapshot_nor_end_keys(spark, tm
     report = sink.process(_raw(spark, s.records([snap[3], snap[-1]])), 2)
     assert not report.targets[0].resnapshot_started and report.targets[0].synthetic_deletes == 0
     props = delta.get_properties(uri)
-    assert phase_of(props) == "complete" and props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert phase_of(props) == "complete" and props[PROP_SNAPSHOT_COMPLETE] == "true"
     assert _live_keys(spark, uri) == set(KEYS)
     # and the join still reads the latest version, with C05's update in it
     channel = read_build_channel(uri)
@@ -80,7 +87,7 @@ def test_a_resnapshot_that_would_end_most_keys_stops_and_alerts(spark, tmp_path)
     props = delta.get_properties(uri)
     # nothing of the batch committed (only the alert); joins keep the last complete version
     assert delta.latest_version(uri) == before + 1
-    assert "would end 76 of 80" in props[L.PROP_SNAPSHOT_ALERT]
+    assert "would end 76 of 80" in props[PROP_SNAPSHOT_ALERT]
     assert read_build_channel(uri).version == complete
     assert _live_keys(spark, uri) == set(KEYS)
 
@@ -89,7 +96,7 @@ def test_a_resnapshot_that_would_end_most_keys_stops_and_alerts(spark, tmp_path)
     report = sink.process(_raw(spark, rest), 2)
     assert report.targets[0].marker_set_now and report.targets[0].synthetic_deletes == 76
     assert _live_keys(spark, uri) == set(KEYS[:4])
-    assert delta.get_properties(uri)[L.PROP_SNAPSHOT_ALERT] == ""
+    assert delta.get_properties(uri)[PROP_SNAPSHOT_ALERT] == ""
 
 
 # ------------------------------------------------------------- a pipeline id and its checkpoint
@@ -389,7 +396,7 @@ def test_schemaless_numbers_that_grow_widen_their_column_instead_of_blocking(spa
     assert schema["x"].dataType == DoubleType()
     assert schema["y"].dataType == DecimalType(38, 0)
     assert schema["arr"].dataType == ArrayType(DoubleType())
-    assert not delta.get_properties(uri).get(L.PROP_SCHEMA_BLOCK)
+    assert not delta.get_properties(uri).get(PROP_SCHEMA_BLOCK)
     rows = {r.id: (r.x, r.y, r.arr) for r in delta.read(spark, uri).collect()}
     assert rows == {1: (1.0, Decimal(5), [1.0]), 2: (1.5, Decimal(2**70), [0.5])}
     version = delta.latest_version(uri)
@@ -447,7 +454,7 @@ def test_a_widening_that_would_lose_a_stored_value_blocks_and_names_it(spark, tm
     kind, reason = _dead(spark, tmp_path)[1]
     assert kind == "schema_mismatch"
     assert "holds 9007199254740993 (not exact as double)" in reason
-    assert delta.get_properties(uri)[L.PROP_SCHEMA_BLOCK]
+    assert delta.get_properties(uri)[PROP_SCHEMA_BLOCK]
     assert delta.table_schema(uri)["x"].dataType.simpleString() == "bigint"
 
 

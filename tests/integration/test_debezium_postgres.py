@@ -30,7 +30,19 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse import delta
 from lakehouse.cdc import ChangeEvent, Tombstone, decode_message
 from lakehouse.config import Settings, load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    META_SNAPSHOT_ENDED,
+    PROP_PRIMARY_KEY,
+    PROP_SCHEMA_BLOCK,
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_FIRST_COMPLETED_VERSION,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SNAPSHOT_SIGNAL_DETAIL,
+    PROP_SNAPSHOT_STATE,
+)
 from lakehouse.dimension.signals import parse_heartbeat, parse_notification
 from lakehouse.runner import start_ingest
 from lakehouse.testing.connect import debezium_version
@@ -350,7 +362,7 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
         running = time.monotonic() - started
         marker_s = _wait(reports.marker_set, "the marker", 120, query, reports)
         props = delta.get_properties(uri)
-        completed_version = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+        completed_version = int(props[PROP_SNAPSHOT_COMPLETED_VERSION])
         snapshot_rows = delta.read(spark, uri, version=completed_version).collect()
 
         debezium_stack.execute("UPDATE public.rates SET rate = 9.9999 WHERE currency = 'C0001'")
@@ -367,11 +379,11 @@ def test_ingest_sets_the_marker_from_the_real_notification_then_takes_the_log(
     assert len(snapshot_rows) == ROWS
     assert {(r._op, r._snapshot) for r in snapshot_rows} == {("r", True)}
     assert len({r.currency for r in snapshot_rows}) == ROWS
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    detail = props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_SIGNAL] == "notification"
+    detail = props[PROP_SNAPSHOT_SIGNAL_DETAIL]
     assert "Initial Snapshot" in detail and "COMPLETED" in detail, detail
-    assert props[L.PROP_PRIMARY_KEY] == "currency"  # from the Debezium key
+    assert props[PROP_PRIMARY_KEY] == "currency"  # from the Debezium key
 
     # the log: the update and the delete, after the marker, as log-phase versions
     rows = delta.read(spark, uri).collect()
@@ -447,8 +459,8 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
     for q in queries:
         assert q.exception() is None
     props = delta.get_properties(build)
-    first_complete = int(props[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
-    completed = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+    first_complete = int(props[PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
+    completed = int(props[PROP_SNAPSHOT_COMPLETED_VERSION])
     at_marker = delta.read(spark, build, version=completed).selectExpr(
         "count(*) AS n", "count(DISTINCT currency) AS keys", "bool_and(_snapshot) AS snapshot"
     )
@@ -458,8 +470,8 @@ def test_processing_time_join_waits_for_the_real_snapshot_and_matches_every_orde
         f"{time.monotonic() - started:.0f} s after the test did"
     )
 
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_SIGNAL] == "notification"
     # the marker's version holds every snapshot row, once
     assert at_marker.first().asDict() == {"n": rows, "keys": rows, "snapshot": True}
     assert sorted(r.order_id for r in out) == [i for i, _ in orders]  # each once
@@ -601,13 +613,13 @@ def test_two_tables_one_empty_then_the_log_phase_in_commit_order(spark, tmp_path
     # the empty table: created, complete from its own table scan (Debezium 3.5 says
     # SUCCEEDED for it), with no rows
     assert empty_rows == 0
-    assert empty_props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    detail = empty_props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
+    assert empty_props[PROP_SNAPSHOT_COMPLETE] == "true"
+    detail = empty_props[PROP_SNAPSHOT_SIGNAL_DETAIL]
     assert detail.startswith("TABLE_SCAN_COMPLETED public.fees ["), detail
-    assert not empty_props.get(L.PROP_SNAPSHOT_ALERT)
+    assert not empty_props.get(PROP_SNAPSHOT_ALERT)
     for uri in (rates, fees):
         props = delta.get_properties(uri)
-        assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
+        assert props[PROP_SNAPSHOT_SIGNAL] == "notification"
 
     rate_rows = delta.read(spark, rates).collect()
     snapshot = [r for r in rate_rows if r._snapshot]
@@ -678,32 +690,30 @@ def test_a_restart_from_offsets_keeps_the_marker_a_restart_that_resnapshots_rese
         _wait(
             lambda: (
                 reports.versions() >= 2 * rows + 1
-                and delta.get_properties(rates).get(L.PROP_SNAPSHOT_STATE) == "complete"
+                and delta.get_properties(rates).get(PROP_SNAPSHOT_STATE) == "complete"
             ),
             "the re-snapshot and its marker",
             120,
             query,
         )
 
-    assert first[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
+    assert first[PROP_SNAPSHOT_SIGNAL] == "heartbeat"
     assert resnapshots_before == 0
     for key in (
-        L.PROP_SNAPSHOT_COMPLETE,
-        L.PROP_SNAPSHOT_COMPLETED_VERSION,
-        L.PROP_SNAPSHOT_SIGNAL_DETAIL,
-        L.PROP_SNAPSHOT_STATE,
+        PROP_SNAPSHOT_COMPLETE,
+        PROP_SNAPSHOT_COMPLETED_VERSION,
+        PROP_SNAPSHOT_SIGNAL_DETAIL,
+        PROP_SNAPSHOT_STATE,
     ):
         assert after_restart.get(key) == first.get(key), key
 
     props = delta.get_properties(rates)
     assert sum(t.resnapshot_started for r in reports.all for t in r.targets) == 1
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
-    assert int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]) > int(
-        first[L.PROP_SNAPSHOT_COMPLETED_VERSION]
-    )
+    assert props[PROP_SNAPSHOT_SIGNAL] == "heartbeat"
+    assert int(props[PROP_SNAPSHOT_COMPLETED_VERSION]) > int(first[PROP_SNAPSHOT_COMPLETED_VERSION])
     assert (
-        props[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]
-        == (first[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
+        props[PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]
+        == (first[PROP_SNAPSHOT_FIRST_COMPLETED_VERSION])
     )
     all_rows = delta.read(spark, rates).collect()
     snapshot_rows = [r for r in all_rows if r._op == "r"]
@@ -767,8 +777,8 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
         )
     print(f"\nsnapshot-status of the empty table while the source is idle:\n{status.output}")
 
-    assert delta.get_properties(rates)[L.PROP_SNAPSHOT_SIGNAL] == "last"
-    assert idle.get(L.PROP_SNAPSHOT_COMPLETE) == "false", idle
+    assert delta.get_properties(rates)[PROP_SNAPSHOT_SIGNAL] == "last"
+    assert idle.get(PROP_SNAPSHOT_COMPLETE) == "false", idle
     assert status.exit_code == 0 and "waiting for" in status.output, status.output
     assert waiting == (
         "public.fees's final snapshot record (source.snapshot 'last_in_data_collection' or "
@@ -777,8 +787,8 @@ def test_without_notifications_or_heartbeats_an_idle_empty_table_waits_and_says_
     )
 
     props = delta.get_properties(fees)
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "log_record"
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_SIGNAL] == "log_record"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
     assert [(r._op, r.id, r.fee) for r in delta.read(spark, fees).collect()] == [
         ("c", 1, Decimal("0.50"))
     ]
@@ -836,12 +846,12 @@ def test_ddl_between_changes_adds_a_column_then_an_incompatible_type_blocks_the_
         ("u", "C0001", "fed"),
     ]
     props = delta.get_properties(rates)
-    block = json.loads(props[L.PROP_SCHEMA_BLOCK])
+    block = json.loads(props[PROP_SCHEMA_BLOCK])
     assert block["column"] == "rate", block
     dead = delta.read(spark, settings.ingest.dead_letter_table).collect()
     # both changes carry the string rate: each is itself the mismatch
     assert [r._error_kind for r in dead] == ["schema_mismatch"] * 2
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"  # the marker is not the block's business
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"  # the marker is not the block's business
 
 
 @pytest.mark.spark
@@ -900,7 +910,7 @@ snapshot_signals = ["notification"]
     )
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
     at_kill = delta.read(spark, str(rates)).count()
-    marker_at_kill = delta.get_properties(str(rates))[L.PROP_SNAPSHOT_COMPLETE]
+    marker_at_kill = delta.get_properties(str(rates))[PROP_SNAPSHOT_COMPLETE]
 
     query = start_ingest(spark, load_settings(cfg))
     query.awaitTermination()
@@ -911,16 +921,16 @@ snapshot_signals = ["notification"]
     rows = delta.read(spark, str(rates)).collect()
     assert len(rows) == ROWS and {r.currency: r.rate for r in rows} == expected  # each once
     props = delta.get_properties(str(rates))
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert delta.row_count(str(rates), version=int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])) == (
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert delta.row_count(str(rates), version=int(props[PROP_SNAPSHOT_COMPLETED_VERSION])) == (
         ROWS
     )
     # one data commit ended the snapshot (the marker commit follows it), and it is the first
-    ended = [c.metadata.get(L.META_SNAPSHOT_ENDED) for c in delta.history(str(rates))]
+    ended = [c.metadata.get(META_SNAPSHOT_ENDED) for c in delta.history(str(rates))]
     assert [e for e in ended if e] == ["notification"]
     first, completed = (
         props[key]
-        for key in (L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, L.PROP_SNAPSHOT_COMPLETED_VERSION)
+        for key in (PROP_SNAPSHOT_FIRST_COMPLETED_VERSION, PROP_SNAPSHOT_COMPLETED_VERSION)
     )
     assert first == completed
 
@@ -970,8 +980,8 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
             pinned.append(
                 (
                     report.plan.build_version,
-                    props.get(L.PROP_SNAPSHOT_STATE),
-                    props.get(L.PROP_SNAPSHOT_LAST_COMPLETE),
+                    props.get(PROP_SNAPSHOT_STATE),
+                    props.get(PROP_SNAPSHOT_LAST_COMPLETE),
                 )
             )
 
@@ -982,7 +992,7 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
         )
 
     def state() -> str | None:
-        return delta.get_properties(rates).get(L.PROP_SNAPSHOT_STATE)
+        return delta.get_properties(rates).get(PROP_SNAPSHOT_STATE)
 
     def resnapshots(reports) -> int:
         return sum(t.resnapshot_started for r in reports.all for t in r.targets)
@@ -1038,19 +1048,19 @@ def test_incremental_and_blocking_snapshots_through_the_signal_table(
     read = {v for v, _, _ in pinned} | {r._build_version for r in out}
     for version in read:
         props_then = delta.get_properties(rates, version=version)
-        assert props_then[L.PROP_SNAPSHOT_COMPLETE] == "true", (version, props_then)
+        assert props_then[PROP_SNAPSHOT_COMPLETE] == "true", (version, props_then)
     during = [(v, last) for v, state_then, last in pinned if state_then == "resnapshot"]
     assert during, "no join batch committed while the blocking snapshot was read"
     assert all(v is not None and v <= int(last) for v, last in during), during
 
     assert incremental_resnapshots == 0
-    for key in (L.PROP_SNAPSHOT_COMPLETED_VERSION, L.PROP_SNAPSHOT_STATE):
+    for key in (PROP_SNAPSHOT_COMPLETED_VERSION, PROP_SNAPSHOT_STATE):
         assert after_incremental[key] == first[key], key  # the incremental snapshot: no change
     assert resnapshots(reports) == 1
     props = delta.get_properties(rates)
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-    assert int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION]) > int(
-        after_incremental[L.PROP_SNAPSHOT_COMPLETED_VERSION]
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
+    assert int(props[PROP_SNAPSHOT_COMPLETED_VERSION]) > int(
+        after_incremental[PROP_SNAPSHOT_COMPLETED_VERSION]
     )
     by_offset = sorted(every, key=lambda r: r._kafka_offset)
     assert len(by_offset) == 3 * rows and {r._op for r in by_offset} == {"r"}

@@ -9,7 +9,7 @@ import pytest
 
 from lakehouse import delta
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import PROP_PRIMARY_KEY, PROP_SNAPSHOT_COMPLETE
 from lakehouse.runner import start_ingest
 from lakehouse.sources.kafka_admin import create_topic, produce
 from lakehouse.testing import DebeziumTable
@@ -75,8 +75,8 @@ table = "{tmp_path}/rates"
         ]
     )
     # key columns came from the Debezium key; positions from the Postgres LSN
-    assert delta.get_properties(uri)[L.PROP_PRIMARY_KEY] == "currency"
-    assert delta.get_properties(uri)[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert delta.get_properties(uri)[PROP_PRIMARY_KEY] == "currency"
+    assert delta.get_properties(uri)[PROP_SNAPSHOT_COMPLETE] == "true"
     assert len({r._seq for r in rows}) == len(rows)
     assert {r._kafka_partition for r in rows} <= {0, 1, 2}
     dead = delta.read(spark, f"{tmp_path}/dead_letter").collect()

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from reference import ProbeRow, Version, as_of
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import OP
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.join.asof import (
     NARROW_MAX_BUILD_ROWS_CONF,
@@ -164,7 +164,7 @@ def test_auto_takes_the_narrow_path_for_a_delta_version_and_falls_back_otherwise
     assert_rows_equal([(r.pid, r.value, r._matched) for r in auto.collect()], expected)
 
     # a build that is not a plain scan of files (here: filtered) takes the shuffle path
-    filtered = build.filter(build[L.OP] != "x")
+    filtered = build.filter(build[OP] != "x")
     assert plan_narrow(filtered, build_key=["region", "id"], value_columns=["value"])[0] is None
     fallback = _join(released, filtered, "auto")
     assert "FlatMapCoGroupsInArrow" in _plan_text(fallback)

@@ -28,6 +28,7 @@ from lakehouse.cdc.wire import compile_value, schema_prefix
 from lakehouse.dimension.connect_schemas import newest_in_batch
 from lakehouse.dimension.decode import _OUT_FIELDS, decode_raw, decode_record
 from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
+from lakehouse.dimension.layout import INGESTED_AT, META_BATCH_ID, META_ROWS, META_WATERMARK
 from lakehouse.dimension.plan import summarise
 from lakehouse.errors import CdcDecodeError
 
@@ -626,13 +627,12 @@ def _table_content(spark: Any, root: Any) -> dict[str, Any]:
     import scenario
 
     from lakehouse import delta
-    from lakehouse.dimension import layout as L
 
     build, dead = str(root / "build"), str(root / "dead")
-    rows = delta.read(spark, build).drop(L.INGESTED_AT)
+    rows = delta.read(spark, build).drop(INGESTED_AT)
     dead_rows = delta.read(spark, dead).drop("_dead_lettered_at")
     commits = [
-        {k: c.metadata.get(k) for k in (L.META_BATCH_ID, L.META_WATERMARK, L.META_ROWS)}
+        {k: c.metadata.get(k) for k in (META_BATCH_ID, META_WATERMARK, META_ROWS)}
         for c in reversed(delta.history(build))
         if c.operation == "WRITE"
     ]

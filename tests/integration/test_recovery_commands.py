@@ -14,12 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import scenario as S
+import scenario
 from helpers import assert_rows_equal, lakehouse_command, write_build_table
 from reference import Version
 
 from lakehouse import delta
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import PROP_SNAPSHOT_COMPLETE
 from lakehouse.runner import start_ingest, start_join
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -55,10 +55,10 @@ def test_a_torn_checkpoint_commit_table_commit_and_metadata_of_a_join_are_repair
     )
     orders = tmp_path / "orders"
     orders.mkdir()
-    for i, lines in enumerate(S.probe_batches()):
-        S.write_lines(orders / f"{i:04d}.jsonl", lines)
-    run = S.join(tmp_path, "join", orders, build, mode="rowtime")
-    S.stream(start_join)(spark, run)
+    for i, lines in enumerate(scenario.probe_batches()):
+        scenario.write_lines(orders / f"{i:04d}.jsonl", lines)
+    run = scenario.join(tmp_path, "join", orders, build, mode="rowtime")
+    scenario.stream(start_join)(spark, run)
     before = tmp_path / "before"
     for name in ("output", "pending", "dead"):
         shutil.copytree(run.tables[name], before / name)
@@ -96,10 +96,10 @@ def test_a_torn_checkpoint_commit_table_commit_and_metadata_of_a_join_are_repair
     rerun = lakehouse_command("join", "-c", str(run.config), cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     tables = {name: str(before / name) for name in ("output", "pending", "dead")}
-    S.assert_same_join(spark, run, S.Run(before, run.config, tables))
+    scenario.assert_same_join(spark, run, scenario.Run(before, run.config, tables))
     # the late order says so in the output, and the quality report counts it
     late = delta.read(spark, run.tables["output"]).filter("_released_by = 'late'").collect()
-    assert [r.order_id for r in late] == [S.LATE_ORDER]
+    assert [r.order_id for r in late] == [scenario.LATE_ORDER]
     report = tmp_path / "quality"
     checked = lakehouse_command(
         "quality", "-c", str(run.config), "--report-dir", str(report), cwd=tmp_path
@@ -121,15 +121,15 @@ def test_a_torn_checkpoint_commit_table_commit_and_metadata_of_a_join_are_repair
 def test_torn_offsets_a_torn_marker_commit_and_last_checkpoint_of_an_ingest_are_repaired(
     spark, tmp_path
 ):
-    batches = S.cdc_batches()
+    batches = scenario.cdc_batches()
     cdc = tmp_path / "cdc"
     cdc.mkdir()
     for i in range(2):  # the snapshot: the marker is the table's newest commit
-        S.write_lines(cdc / f"{i:04d}.jsonl", batches[i])
-    run = S.ingest(tmp_path, "ingest", cdc)
-    S.stream(start_ingest)(spark, run)
+        scenario.write_lines(cdc / f"{i:04d}.jsonl", batches[i])
+    run = scenario.ingest(tmp_path, "ingest", cdc)
+    scenario.stream(start_ingest)(spark, run)
     table = Path(run.tables["build"])
-    assert delta.get_properties(str(table))[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert delta.get_properties(str(table))[PROP_SNAPSHOT_COMPLETE] == "true"
 
     # the next batch's offsets torn as a full disk leaves them (no table holds batch 2), the
     # marker commit torn, and a torn _last_checkpoint
@@ -146,15 +146,16 @@ def test_torn_offsets_a_torn_marker_commit_and_last_checkpoint_of_an_ingest_are_
         assert why in done.stdout, done.stdout
 
     # the ingest goes on: the marker is derived again, batch 2 is planned from the new file
-    S.write_lines(cdc / "0002.jsonl", batches[2])
-    S.stream(start_ingest)(spark, run)
-    reference = S.ingest(tmp_path, "reference", cdc)
-    S.stream(start_ingest)(spark, reference)
+    scenario.write_lines(cdc / "0002.jsonl", batches[2])
+    scenario.stream(start_ingest)(spark, run)
+    reference = scenario.ingest(tmp_path, "reference", cdc)
+    scenario.stream(start_ingest)(spark, reference)
     assert_rows_equal(
-        S.build_rows(spark, str(table)), S.build_rows(spark, reference.tables["build"])
+        scenario.build_rows(spark, str(table)),
+        scenario.build_rows(spark, reference.tables["build"]),
     )
     props = delta.get_properties(str(table))
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true"
 
     # the newest offsets of a batch the table holds: not repaired, nothing changed
     newest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from lakehouse import delta
 from lakehouse.cli import app
 from lakehouse.dimension import BuildSink, BuildTarget
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import META_SCHEMA_BLOCKED, META_SCHEMA_CHANGES, PROP_SCHEMA_BLOCK
 from lakehouse.dimension.schema_block import open_block, resolve
 from lakehouse.errors import ConfigError
 from lakehouse.join import JoinOptions, TemporalJoin
@@ -302,7 +302,7 @@ def test_replay_of_the_blocking_batch_decides_the_same(spark, tmp_path, monkeypa
     reasons = [h.metadata.get("lakehouse.reason", "") for h in delta.history(uri)]
     assert sum("BLOCKED on schema" in x for x in reasons) == 1
     data = delta.history(uri)[0]
-    assert data.metadata[L.META_SCHEMA_BLOCKED] == "2"
+    assert data.metadata[META_SCHEMA_BLOCKED] == "2"
 
 
 def test_debezium_schema_change_events_are_recorded_not_dead_lettered(spark, tmp_path, monkeypatch):
@@ -316,7 +316,7 @@ def test_debezium_schema_change_events_are_recorded_not_dead_lettered(spark, tmp
     )
     assert (r.schema_changes, r.dead_lettered, r.targets[0].schema_changes) == (1, 0, 1)
     data = next(h for h in delta.history(uri) if h.operation == "WRITE")
-    (event,) = json.loads(data.metadata[L.META_SCHEMA_CHANGES])
+    (event,) = json.loads(data.metadata[META_SCHEMA_CHANGES])
     assert event["ddl"] == "ALTER TABLE test add column v2 varchar(32)"
     assert event["tables"] == ["mydb.test"] and event["offset"] == 0
     assert event["changes"][0]["type"] == "ALTER" and "v2" in event["changes"][0]["columns"]
@@ -365,7 +365,7 @@ def test_a_record_without_its_schema_is_read_with_its_tables_and_blocks_nothing(
     ran = lakehouse_command("ingest", "-c", str(cfg))
     assert ran.returncode == 0, ran.stderr[-3000:]
     uri = str(tmp_path / "rates")
-    assert delta.get_properties(uri).get(L.PROP_SCHEMA_BLOCK, "") == ""
+    assert delta.get_properties(uri).get(PROP_SCHEMA_BLOCK, "") == ""
     assert "BLOCKED" not in ran.stderr
     rows = {
         (r.currency, r._op): (r.rate, r.updated_at)

@@ -20,7 +20,23 @@ from typer.testing import CliRunner
 from lakehouse import delta
 from lakehouse.cli import app
 from lakehouse.dimension import BuildSink, BuildTarget, SnapshotOptions, snapshot_status
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    KAFKA_TOPIC,
+    PROP_PRIMARY_KEY,
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_COVERED_OFFSETS,
+    PROP_SNAPSHOT_FIRST_COMPLETED_VERSION,
+    PROP_SNAPSHOT_LAST_COMPLETE,
+    PROP_SNAPSHOT_LAST_NOTIFICATION,
+    PROP_SNAPSHOT_REASON,
+    PROP_SNAPSHOT_RESNAPSHOT_FROM,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SNAPSHOT_SIGNAL_DETAIL,
+    PROP_SNAPSHOT_STATE,
+    SYNTHETIC_DELETE_TOPIC,
+)
 from lakehouse.dimension.marker import complete_at
 from lakehouse.join import JoinOptions, TemporalJoin, read_build_channel
 from lakehouse.sources.schema import RAW_SCHEMA_DDL
@@ -154,10 +170,8 @@ def test_parallel_snapshot_over_two_partitions_ends_with_last_in_data_collection
     r1 = sink.process(_raw(spark, s.records([msgs[3], end], partition=1)), 1)
     assert r1.targets[0].marker_set_now and r1.targets[0].signal == "last_in_data_collection"
     props = _props(uri)
-    assert json.loads(props[L.PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 2, "1": 3}}
-    assert (
-        delta.read(spark, uri, version=int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])).count() == 5
-    )
+    assert json.loads(props[PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 2, "1": 3}}
+    assert delta.read(spark, uri, version=int(props[PROP_SNAPSHOT_COMPLETED_VERSION])).count() == 5
 
 
 def test_signal_waits_until_the_offsets_it_covers_are_committed(spark, tmp_path):
@@ -180,15 +194,15 @@ def test_signal_waits_until_the_offsets_it_covers_are_committed(spark, tmp_path)
     r0 = sink.process(_raw(spark, p0 + notes), 0)
     assert r0.signal_records == 1 and not r0.targets[0].snapshot_complete
     assert r0.targets[0].pending and r0.targets[0].pending[0].startswith("notification")
-    assert _props(uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert _props(uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     status = CliRunner().invoke(app, ["snapshot-status", uri])
     assert "pending notification" in status.output and '"1": 1' in status.output
     r1 = sink.process(_raw(spark, p1), 1)
     assert r1.targets[0].marker_set_now and r1.targets[0].signal == "notification"
     props = _props(uri)
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    assert "COMPLETED" in props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
-    completed = int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+    assert props[PROP_SNAPSHOT_SIGNAL] == "notification"
+    assert "COMPLETED" in props[PROP_SNAPSHOT_SIGNAL_DETAIL]
+    completed = int(props[PROP_SNAPSHOT_COMPLETED_VERSION])
     assert (
         completed == r1.targets[0].version
         and delta.read(spark, uri, version=completed).count() == 3
@@ -215,7 +229,7 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
     # every configured table exists from the ingest's first batch: fees, still loading, has
     # no rows and says what would end its snapshot
     assert delta.row_count(fees.table_uri) == 0
-    assert _props(fees.table_uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert _props(fees.table_uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     waiting = dict(snapshot_status(fees.table_uri).rows())["waiting for"]
     assert waiting.startswith(f"a Debezium notification on {NOTES}: COMPLETED or "), waiting
     status = CliRunner().invoke(app, ["snapshot-status", fees.table_uri])
@@ -229,7 +243,7 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
     assert delta.row_count(fees.table_uri) == 0
     assert (
         "TABLE_SCAN_COMPLETED shop.public.fees"
-        in _props(fees.table_uri)[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
+        in _props(fees.table_uri)[PROP_SNAPSHOT_SIGNAL_DETAIL]
     )
 
     # a processing-time join against the empty dimension releases its rows, unmatched
@@ -240,7 +254,7 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
     # the first fees row brings the columns and the key
     fee = _rates(table="fees")
     sink.process(_raw(spark, s.records([fee.insert({"currency": "A", "rate": "0.5"})])), 2)
-    assert _props(fees.table_uri)[L.PROP_PRIMARY_KEY] == "currency"
+    assert _props(fees.table_uri)[PROP_PRIMARY_KEY] == "currency"
     assert [r.currency for r in delta.read(spark, fees.table_uri).collect()] == ["A"]
 
 
@@ -260,15 +274,12 @@ def test_crash_between_data_and_marker_heals_with_the_signal_and_its_offsets(
     monkeypatch.setattr(sink_module, "set_marker", crash)
     with pytest.raises(RuntimeError):
         _sink(tmp_path, target).process(batch, 0)
-    assert _props(target.table_uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert _props(target.table_uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     monkeypatch.undo()
     assert _sink(tmp_path, target).process(batch, 0).skipped  # restart: replayed batch
     props = _props(target.table_uri)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-        and props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    )
-    assert json.loads(props[L.PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 1}}
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true" and props[PROP_SNAPSHOT_SIGNAL] == "notification"
+    assert json.loads(props[PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 1}}
 
 
 def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_keys(
@@ -286,7 +297,7 @@ def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_
         ]
     )
     sink.process(_raw(spark, s.records([*snap, t.update({"currency": "EUR", "rate": "1.09"})])), 0)
-    assert _props(uri)[L.PROP_SNAPSHOT_SIGNAL] == "last"
+    assert _props(uri)[PROP_SNAPSHOT_SIGNAL] == "last"
     complete_version = delta.latest_version(uri)
 
     # The connector restarts with snapshot.mode=always after a downtime in which EUR changed
@@ -296,14 +307,12 @@ def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_
     r1 = sink.process(_raw(spark, s.records(again[:1])), 1)
     assert r1.targets[0].resnapshot_started and r1.targets[0].phase == "resnapshot"
     props = _props(uri)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "false" and props[L.PROP_SNAPSHOT_STATE] == "resnapshot"
-    )
-    assert int(props[L.PROP_SNAPSHOT_LAST_COMPLETE]) == complete_version
+    assert props[PROP_SNAPSHOT_COMPLETE] == "false" and props[PROP_SNAPSHOT_STATE] == "resnapshot"
+    assert int(props[PROP_SNAPSHOT_LAST_COMPLETE]) == complete_version
     # no version holds re-read rows under a complete marker
-    first_reread = int(props[L.PROP_SNAPSHOT_RESNAPSHOT_FROM])
+    first_reread = int(props[PROP_SNAPSHOT_RESNAPSHOT_FROM])
     assert first_reread == complete_version + 1
-    assert _props(uri)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+    assert _props(uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     channel = read_build_channel(uri)
     assert channel.resnapshot and channel.snapshot_complete and channel.version == complete_version
 
@@ -320,9 +329,7 @@ def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_
     r2 = sink.process(_raw(spark, s.records(again[1:])), 2)  # GBP, 'last'
     assert r2.targets[0].marker_set_now and r2.targets[0].signal == "last"
     assert r2.targets[0].synthetic_deletes == 1  # JPY was not re-read: gone from the source
-    ghost = (
-        delta.read(spark, uri).filter(f"{L.KAFKA_TOPIC} = '{L.SYNTHETIC_DELETE_TOPIC}'").collect()
-    )
+    ghost = delta.read(spark, uri).filter(f"{KAFKA_TOPIC} = '{SYNTHETIC_DELETE_TOPIC}'").collect()
     assert [(g.currency, g._op, g.rate) for g in ghost] == [("JPY", "d", None)]
     assert read_build_channel(uri).version == delta.latest_version(uri)
 
@@ -337,7 +344,7 @@ def test_resnapshot_pins_the_join_to_the_last_complete_version_then_ends_unread_
     versions = {r._build_version for r in delta.read(spark, str(tmp_path / "out")).collect()}
     assert versions == {complete_version, latest}
     assert all(complete_at(uri, v) for v in versions)
-    assert int(_props(uri)[L.PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]) == data_commit_of_batch(uri, 0)
+    assert int(_props(uri)[PROP_SNAPSHOT_FIRST_COMPLETED_VERSION]) == data_commit_of_batch(uri, 0)
 
 
 def test_incremental_snapshot_never_clears_the_marker_nor_overwrites_a_newer_change(
@@ -356,7 +363,7 @@ def test_incremental_snapshot_never_clears_the_marker_nor_overwrites_a_newer_cha
     chunk = t._message("r", None, {"currency": "EUR", "rate": "1.08"}, "incremental")
     r = sink.process(_raw(spark, s.records([update, chunk])), 1)
     assert not r.targets[0].resnapshot_started and r.targets[0].phase == "complete"
-    assert _props(target.table_uri)[L.PROP_SNAPSHOT_COMPLETE] == "true"
+    assert _props(target.table_uri)[PROP_SNAPSHOT_COMPLETE] == "true"
     join = _join(tmp_path, target.table_uri)
     join.process(_orders(spark, s, [(1, "EUR")]), 0)
     assert [x[:2] for x in _released(spark, tmp_path, 0)] == [("EUR", "1.1200")]
@@ -372,10 +379,10 @@ def test_aborted_is_surfaced_and_the_operator_override_is_recorded_with_its_reas
     )
     assert r.targets[0].alert is not None and r.targets[0].alert.startswith("ABORTED")
     props = _props(target.table_uri)
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "false" and props[L.PROP_SNAPSHOT_ALERT].startswith(
+    assert props[PROP_SNAPSHOT_COMPLETE] == "false" and props[PROP_SNAPSHOT_ALERT].startswith(
         "ABORTED"
     )
-    assert json.loads(props[L.PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "ABORTED"
+    assert json.loads(props[PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "ABORTED"
     runner = CliRunner()
     status = runner.invoke(app, ["snapshot-status", target.table_uri])
     assert status.exit_code == 0 and "ALERT" in status.output and "ABORTED" in status.output
@@ -385,9 +392,9 @@ def test_aborted_is_surfaced_and_the_operator_override_is_recorded_with_its_reas
     )
     assert done.exit_code == 0, done.output
     props = _props(target.table_uri)
-    assert props[L.PROP_SNAPSHOT_SIGNAL] == "operator" and props[L.PROP_SNAPSHOT_ALERT] == ""
-    assert props[L.PROP_SNAPSHOT_REASON] == "loaded by hand from a dump"
-    assert json.loads(props[L.PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 2}}
+    assert props[PROP_SNAPSHOT_SIGNAL] == "operator" and props[PROP_SNAPSHOT_ALERT] == ""
+    assert props[PROP_SNAPSHOT_REASON] == "loaded by hand from a dump"
+    assert json.loads(props[PROP_SNAPSHOT_COVERED_OFFSETS]) == {DATA: {"0": 2}}
     newest = delta.history(target.table_uri, limit=1)[0]
     assert newest.metadata["lakehouse.reason"] == "loaded by hand from a dump"
     again = runner.invoke(app, ["snapshot-complete", target.table_uri, "--reason", "twice"])

@@ -14,7 +14,15 @@ import pytest
 
 from lakehouse import delta
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import (
+    PROP_SNAPSHOT_ALERT,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_COMPLETED_VERSION,
+    PROP_SNAPSHOT_COVERED_OFFSETS,
+    PROP_SNAPSHOT_LAST_NOTIFICATION,
+    PROP_SNAPSHOT_SIGNAL,
+    PROP_SNAPSHOT_SIGNAL_DETAIL,
+)
 from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
 from lakehouse.runner import start_ingest
 from lakehouse.sources.kafka_admin import create_topic, produce
@@ -131,15 +139,12 @@ snapshot_signals = ["notification"]
     )
     _run(spark, settings)
     props = _props(rates)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-        and props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    )
-    assert "TABLE_SCAN_COMPLETED shop.public.rates" in props[L.PROP_SNAPSHOT_SIGNAL_DETAIL]
-    assert json.loads(props[L.PROP_SNAPSHOT_COVERED_OFFSETS]) == {data: {"0": 3}}
-    assert delta.row_count(rates, version=int(props[L.PROP_SNAPSHOT_COMPLETED_VERSION])) == 3
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true" and props[PROP_SNAPSHOT_SIGNAL] == "notification"
+    assert "TABLE_SCAN_COMPLETED shop.public.rates" in props[PROP_SNAPSHOT_SIGNAL_DETAIL]
+    assert json.loads(props[PROP_SNAPSHOT_COVERED_OFFSETS]) == {data: {"0": 3}}
+    assert delta.row_count(rates, version=int(props[PROP_SNAPSHOT_COMPLETED_VERSION])) == 3
     # its scan has not completed yet: created by the first batch, loading, empty
-    assert _props(fees)[L.PROP_SNAPSHOT_COMPLETE] == "false" and delta.row_count(fees) == 0
+    assert _props(fees)[PROP_SNAPSHOT_COMPLETE] == "false" and delta.row_count(fees) == 0
 
     _send(
         kafka_broker,
@@ -151,12 +156,9 @@ snapshot_signals = ["notification"]
     )
     _run(spark, settings)
     props = _props(fees)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-        and props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    )
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true" and props[PROP_SNAPSHOT_SIGNAL] == "notification"
     assert delta.row_count(fees) == 0
-    assert json.loads(props[L.PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "COMPLETED"
+    assert json.loads(props[PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "COMPLETED"
     # no signal record reached a build table or the dead-letter table
     assert not delta.table_exists(f"{tmp_path}/dead_letter")
 
@@ -192,16 +194,14 @@ heartbeat_topic = "{beats}"
     )
     _send(kafka_broker, fees_topic, _rows(_table("fees"), [("EUR", "true"), ("GBP", "last")]))
     _run(spark, settings)
-    assert _props(fees)[L.PROP_SNAPSHOT_SIGNAL] == "last"
-    assert _props(rates)[L.PROP_SNAPSHOT_COMPLETE] == "false"  # it never sees 'last'
+    assert _props(fees)[PROP_SNAPSHOT_SIGNAL] == "last"
+    assert _props(rates)[PROP_SNAPSHOT_COMPLETE] == "false"  # it never sees 'last'
 
     _send(kafka_broker, beats, [heartbeat(1_767_225_600_000)])  # right after the snapshot
     reports = _run(spark, settings)
     props = _props(rates)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "true" and props[L.PROP_SNAPSHOT_SIGNAL] == "heartbeat"
-    )
-    assert json.loads(props[L.PROP_SNAPSHOT_COVERED_OFFSETS]) == {
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true" and props[PROP_SNAPSHOT_SIGNAL] == "heartbeat"
+    assert json.loads(props[PROP_SNAPSHOT_COVERED_OFFSETS]) == {
         rates_topic: {"0": 3},
         fees_topic: {"0": 2},
     }
@@ -241,9 +241,9 @@ heartbeat_topic = "{beats}"
     _send(kafka_broker, beats, [heartbeat(1_767_225_600_000)])
     reports = _run(spark, settings)
     props = _props(uri)
-    assert props[L.PROP_SNAPSHOT_COMPLETE] == "false"
-    assert props[L.PROP_SNAPSHOT_ALERT].startswith("ABORTED")
-    assert json.loads(props[L.PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "ABORTED"
+    assert props[PROP_SNAPSHOT_COMPLETE] == "false"
+    assert props[PROP_SNAPSHOT_ALERT].startswith("ABORTED")
+    assert json.loads(props[PROP_SNAPSHOT_LAST_NOTIFICATION])["type"] == "ABORTED"
     alerts = [t.alert for r in reports for t in r.targets if t.alert]
     assert alerts and alerts[-1].startswith("ABORTED")
 
@@ -253,8 +253,5 @@ heartbeat_topic = "{beats}"
     _send(kafka_broker, notes, [notification("COMPLETED")])
     _run(spark, settings)
     props = _props(uri)
-    assert (
-        props[L.PROP_SNAPSHOT_COMPLETE] == "true"
-        and props[L.PROP_SNAPSHOT_SIGNAL] == "notification"
-    )
-    assert props[L.PROP_SNAPSHOT_ALERT] == ""
+    assert props[PROP_SNAPSHOT_COMPLETE] == "true" and props[PROP_SNAPSHOT_SIGNAL] == "notification"
+    assert props[PROP_SNAPSHOT_ALERT] == ""

@@ -12,7 +12,7 @@ import pytest
 
 from lakehouse import delta
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import PROP_SNAPSHOT_COMPLETE, PROP_SNAPSHOT_COMPLETED_VERSION
 from lakehouse.runner import start_ingest, start_join
 from lakehouse.testing import DebeziumTable
 
@@ -99,11 +99,11 @@ dead_letter_table = "{out}/join_dead_letter"
         # half the dimension is loaded and all orders are there: nothing may be emitted
         time.sleep(3)
         assert not delta.table_exists(f"{out}/output") or delta.row_count(f"{out}/output") == 0
-        assert delta.get_properties(build)[L.PROP_SNAPSHOT_COMPLETE] == "false"
+        assert delta.get_properties(build)[PROP_SNAPSHOT_COMPLETE] == "false"
 
         _write(cdc / "0002.jsonl", [json.dumps(snapshot[2].value)])  # JPY, 'last'
         _wait(
-            lambda: delta.get_properties(build)[L.PROP_SNAPSHOT_COMPLETE] == "true",
+            lambda: delta.get_properties(build)[PROP_SNAPSHOT_COMPLETE] == "true",
             "the snapshot marker",
         )
         # no new order arrives: the join's ticks release the waiting rows
@@ -114,7 +114,7 @@ dead_letter_table = "{out}/join_dead_letter"
     rows = delta.read(spark, f"{out}/output").collect()
     assert sorted(r.order_id for r in rows) == [0, 1, 2, 3]
     assert all(r._matched for r in rows)
-    completed = int(delta.get_properties(build)[L.PROP_SNAPSHOT_COMPLETED_VERSION])
+    completed = int(delta.get_properties(build)[PROP_SNAPSHOT_COMPLETED_VERSION])
     assert all(r._build_version >= completed for r in rows)
     assert {r.currency: str(r.rate) for r in rows} == {
         "EUR": "1.5000",

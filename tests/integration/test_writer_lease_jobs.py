@@ -20,7 +20,7 @@ import pytest
 
 from lakehouse import delta
 from lakehouse.config import load_settings
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import OP
 from lakehouse.errors import WriterLeaseError
 from lakehouse.lease import read_lease
 from lakehouse.runner import start_join
@@ -141,8 +141,8 @@ def test_second_ingest_is_refused_take_over_stops_the_holder_dead_holders_go_sta
     assert read_lease(table) is None
 
     # every change is in the build table exactly once
-    rows = delta.read(spark, table).select("currency", "rate", L.OP).collect()
-    assert sorted((r.currency, str(r.rate), r[L.OP]) for r in rows) == sorted(
+    rows = delta.read(spark, table).select("currency", "rate", OP).collect()
+    assert sorted((r.currency, str(r.rate), r[OP]) for r in rows) == sorted(
         [(c, "1.0000", "r") for c in ("EUR", "GBP", "JPY")]
         + [(c, "1.5000", "u") for c in ("EUR", "GBP", "JPY")]
     )

@@ -7,7 +7,7 @@ import json
 import uuid
 from pathlib import Path
 
-from lakehouse.dimension import connect_schemas as C
+from lakehouse.dimension import connect_schemas
 
 
 def _text() -> str:
@@ -17,29 +17,33 @@ def _text() -> str:
 
 def test_a_stored_schema_loads_by_its_hash_and_storing_it_again_writes_nothing(tmp_path):
     uri, text = str(tmp_path / "rates"), _text()
-    hashes = C.store(uri, {"public.rates": text})
-    assert hashes == {"public.rates": C.schema_hash(text)}
-    kept = Path(uri) / C.SCHEMA_DIR / f"{hashes['public.rates']}.json"
+    hashes = connect_schemas.store(uri, {"public.rates": text})
+    assert hashes == {"public.rates": connect_schemas.schema_hash(text)}
+    kept = Path(uri) / connect_schemas.SCHEMA_DIR / f"{hashes['public.rates']}.json"
     before = kept.stat().st_mtime_ns
-    assert C.store(uri, {"public.rates": text}) == hashes
+    assert connect_schemas.store(uri, {"public.rates": text}) == hashes
     assert kept.stat().st_mtime_ns == before
-    assert C.load(uri, hashes) == {"public.rates": text}
+    assert connect_schemas.load(uri, hashes) == {"public.rates": text}
     # read once per process: the same hash names the same text wherever it is kept
     kept.unlink()
-    assert C.load(uri, hashes) == {"public.rates": text}
+    assert connect_schemas.load(uri, hashes) == {"public.rates": text}
 
 
 def test_a_torn_or_missing_schema_file_leaves_its_table_out(tmp_path):
     uri, text = str(tmp_path / "rates"), _text()
-    digest = C.schema_hash(text)
-    folder = Path(uri) / C.SCHEMA_DIR
+    digest = connect_schemas.schema_hash(text)
+    folder = Path(uri) / connect_schemas.SCHEMA_DIR
     folder.mkdir(parents=True)
     (folder / f"{digest}.json").write_text(text[: len(text) // 2])
-    assert C.load(uri, {"public.rates": digest, "public.fees": "0" * 64}) == {}
+    assert connect_schemas.load(uri, {"public.rates": digest, "public.fees": "0" * 64}) == {}
 
 
 def test_a_replay_of_the_batch_that_set_the_property_starts_from_before_it():
-    recorded = C.Recorded.parse(C.decide(C.Recorded(), 7, {"public.rates": "b"}))
+    recorded = connect_schemas.Recorded.parse(
+        connect_schemas.decide(connect_schemas.Recorded(), 7, {"public.rates": "b"})
+    )
     assert recorded.start(7) == {} and recorded.start(8) == {"public.rates": "b"}
-    assert C.decide(recorded, 7, {"public.rates": "b"}) is None  # the replay sets it again: no
-    assert C.Recorded.parse("not json") == C.Recorded()
+    assert (
+        connect_schemas.decide(recorded, 7, {"public.rates": "b"}) is None
+    )  # the replay sets it again: no
+    assert connect_schemas.Recorded.parse("not json") == connect_schemas.Recorded()

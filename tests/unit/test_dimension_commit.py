@@ -8,13 +8,29 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakehouse.dimension import layout as L
 from lakehouse.dimension.commit import (
     NO_TABLE,
     RowStats,
     TargetLook,
     build_watermark,
     plan_commit,
+)
+from lakehouse.dimension.layout import (
+    META_BATCH_ID,
+    META_END_OFFSETS,
+    META_MAX_EVENT_TIME,
+    META_PIPELINE,
+    META_ROWS,
+    META_SCHEMA_BLOCKED,
+    META_SCHEMA_BLOCKED_TOTAL,
+    META_SNAPSHOT_ENDED,
+    META_SNAPSHOT_STATE,
+    META_WATERMARK,
+    PROP_PRIMARY_KEY,
+    PROP_SCHEMA_BLOCK,
+    PROP_SNAPSHOT_COMPLETE,
+    PROP_SNAPSHOT_STATE,
+    PROP_SOURCE_TABLE,
 )
 from lakehouse.dimension.plan import BlockEvidence, TargetPlan
 from lakehouse.dimension.schema_block import SchemaBlock
@@ -39,7 +55,7 @@ def _plan(**kw) -> TargetPlan:
 
 
 def _look(**kw) -> TargetLook:
-    props = {L.PROP_PRIMARY_KEY: "currency", L.PROP_SNAPSHOT_COMPLETE: "false"}
+    props = {PROP_PRIMARY_KEY: "currency", PROP_SNAPSHOT_COMPLETE: "false"}
     base = dict(exists=True, version=5, properties=props)
     return TargetLook(**{**base, "replay": False, **kw})
 
@@ -69,16 +85,16 @@ _EVIDENCE = BlockEvidence(
 def test_a_new_table_is_created_with_its_key_and_loading_marker_and_learns_nothing_after():
     commit = _commit(NO_TABLE)
     assert commit.create is not None
-    assert commit.create[L.PROP_PRIMARY_KEY] == "currency"
-    assert commit.create[L.PROP_SOURCE_TABLE] == "public.rates"
-    assert commit.create[L.PROP_SNAPSHOT_COMPLETE] == "false"
-    assert commit.create[L.PROP_SNAPSHOT_STATE] == "loading"
+    assert commit.create[PROP_PRIMARY_KEY] == "currency"
+    assert commit.create[PROP_SOURCE_TABLE] == "public.rates"
+    assert commit.create[PROP_SNAPSHOT_COMPLETE] == "false"
+    assert commit.create[PROP_SNAPSHOT_STATE] == "loading"
     assert commit.learn_key is None
 
 
 def test_a_table_a_signal_created_learns_its_key_from_its_first_rows_but_not_on_replay():
     # created with the loading marker and no key (the batch that created it had no rows)
-    keyless = _look(properties={L.PROP_PRIMARY_KEY: "", L.PROP_SNAPSHOT_COMPLETE: "false"})
+    keyless = _look(properties={PROP_PRIMARY_KEY: "", PROP_SNAPSHOT_COMPLETE: "false"})
     assert _commit(keyless).learn_key == "currency"
     assert _commit(replace(keyless, replay=True)).learn_key is None
     assert _commit(_look()).learn_key is None  # it has one
@@ -97,7 +113,7 @@ def test_a_creation_a_crash_cut_before_its_properties_is_finished_without_touchi
     # on replay as well: the batch that was killed comes again
     assert _commit(replace(cut, replay=True)).create == commit.create
     # a finished table is left alone, whatever it holds
-    done = _look(properties={L.PROP_SNAPSHOT_COMPLETE: "true", L.PROP_PRIMARY_KEY: "id"})
+    done = _look(properties={PROP_SNAPSHOT_COMPLETE: "true", PROP_PRIMARY_KEY: "id"})
     assert _commit(done).create is None and not _commit(done).finishes_create
     assert not _commit(NO_TABLE).finishes_create
 
@@ -107,12 +123,12 @@ def test_the_watermark_trails_the_largest_committed_time_by_the_out_of_orderness
     commit = _commit(_look(max_event_time_ms=20_000))
     assert commit.max_event_time_ms == 20_000
     assert commit.watermark_ms == 18_999
-    assert commit.metadata[L.META_WATERMARK] == 18_999
-    assert commit.metadata[L.META_MAX_EVENT_TIME] == 20_000
+    assert commit.metadata[META_WATERMARK] == 18_999
+    assert commit.metadata[META_MAX_EVENT_TIME] == 20_000
     # nothing committed ever and no rows: the minimum, and no max event time
     empty = _commit(NO_TABLE, rows=RowStats())
     assert empty.watermark_ms == WATERMARK_MIN
-    assert empty.metadata[L.META_MAX_EVENT_TIME] == ""
+    assert empty.metadata[META_MAX_EVENT_TIME] == ""
 
 
 @given(committed=TIMES, batch=TIMES, ooo=st.integers(0, 10**6))
@@ -129,14 +145,14 @@ def test_the_data_commit_carries_the_batch_its_offsets_rows_and_signal_state():
     state = SignalState(phase="complete", fired=FIRED)
     commit = _commit(_look(), decision=Decision(state=state, fire=FIRED))
     meta = commit.metadata
-    assert meta[L.META_BATCH_ID] == 4 and meta[L.META_PIPELINE] == "rates"
-    assert meta[L.META_END_OFFSETS] == {"cdc": {"0": 7}}
-    assert meta[L.META_ROWS] == 2
-    assert meta[L.META_SNAPSHOT_STATE] == state.to_json()
-    assert meta[L.META_SNAPSHOT_ENDED] == "last"  # heals the marker after a crash
-    assert L.META_SCHEMA_BLOCKED not in meta
+    assert meta[META_BATCH_ID] == 4 and meta[META_PIPELINE] == "rates"
+    assert meta[META_END_OFFSETS] == {"cdc": {"0": 7}}
+    assert meta[META_ROWS] == 2
+    assert meta[META_SNAPSHOT_STATE] == state.to_json()
+    assert meta[META_SNAPSHOT_ENDED] == "last"  # heals the marker after a crash
+    assert META_SCHEMA_BLOCKED not in meta
     quiet = _commit(_look()).metadata
-    assert L.META_SNAPSHOT_ENDED not in quiet
+    assert META_SNAPSHOT_ENDED not in quiet
 
 
 def test_an_incompatible_record_starts_a_block_recorded_before_the_data_commit():
@@ -149,16 +165,16 @@ def test_an_incompatible_record_starts_a_block_recorded_before_the_data_commit()
     assert commit.watermark_ms == 5_999
     assert (block.column, block.batch_id, block.pipeline) == ("rate", 4, "rates")
     assert block.since_version == 6 and block.blocked_at == NOW
-    assert commit.metadata[L.META_SCHEMA_BLOCKED] == 3
-    assert commit.metadata[L.META_SCHEMA_BLOCKED_TOTAL] == 3
+    assert commit.metadata[META_SCHEMA_BLOCKED] == 3
+    assert commit.metadata[META_SCHEMA_BLOCKED_TOTAL] == 3
     # a retry of the batch finds its own block in the table and does not record it again
     retry = _look(
         max_event_time_ms=5_000,
         watermark_ms=3_999,
         properties={
-            L.PROP_PRIMARY_KEY: "currency",
-            L.PROP_SNAPSHOT_COMPLETE: "false",
-            L.PROP_SCHEMA_BLOCK: block.to_json(),
+            PROP_PRIMARY_KEY: "currency",
+            PROP_SNAPSHOT_COMPLETE: "false",
+            PROP_SCHEMA_BLOCK: block.to_json(),
         },
     )
     again = _commit(retry, _plan(evidence=_EVIDENCE, blocked_count=3), now_iso="later")
@@ -197,12 +213,12 @@ def test_an_open_block_holds_the_watermark_and_counts_every_blocked_record():
     assert commit.block is block and not commit.starts_block and not commit.record_block
     assert commit.watermark_ms == 1_999
     assert commit.blocked_so_far == 14
-    assert commit.metadata[L.META_SCHEMA_BLOCKED_TOTAL] == 14
+    assert commit.metadata[META_SCHEMA_BLOCKED_TOTAL] == 14
 
 
 def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
     resnapshot = _look(
-        properties={L.PROP_SNAPSHOT_STATE: "resnapshot", L.PROP_SNAPSHOT_COMPLETE: "false"}
+        properties={PROP_SNAPSHOT_STATE: "resnapshot", PROP_SNAPSHOT_COMPLETE: "false"}
     )
     fires = Decision(state=SignalState(), fire=FIRED)
     assert _commit(resnapshot, decision=fires).ghost_deletes
@@ -223,13 +239,13 @@ def test_only_a_completing_resnapshot_ends_the_keys_it_did_not_reread():
 def test_the_look_reads_the_newest_value_of_each_key_and_the_block_count_only_when_blocked():
     metadata = [
         {"lakehouse.reason": "marker"},
-        {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: "", L.META_SNAPSHOT_STATE: "{}"},
-        {L.META_WATERMARK: "40", L.META_MAX_EVENT_TIME: "50", L.META_SCHEMA_BLOCKED_TOTAL: "7"},
+        {META_WATERMARK: "90", META_MAX_EVENT_TIME: "", META_SNAPSHOT_STATE: "{}"},
+        {META_WATERMARK: "40", META_MAX_EVENT_TIME: "50", META_SCHEMA_BLOCKED_TOTAL: "7"},
     ]
     look = TargetLook.from_history(version=9, properties={}, replay=False, metadata=metadata)
     assert (look.max_event_time_ms, look.watermark_ms, look.blocked_total) == (50, 90, 0)
     assert look.snapshot_state == "{}"
-    blocked = {L.PROP_SCHEMA_BLOCK: json.dumps({"column": "x"})}
+    blocked = {PROP_SCHEMA_BLOCK: json.dumps({"column": "x"})}
     look = TargetLook.from_history(version=9, properties=blocked, replay=True, metadata=metadata)
     assert look.blocked_total == 7 and look.replay and look.version == 9
 
@@ -294,7 +310,7 @@ def test_the_look_reads_the_recorded_bookkeeping_from_the_last_data_commit():
         replay=False,
         metadata=[
             {"lakehouse.reason": "marker"},
-            {L.META_WATERMARK: "90", L.META_MAX_EVENT_TIME: "100", L.META_SNAPSHOT_STATE: state},
+            {META_WATERMARK: "90", META_MAX_EVENT_TIME: "100", META_SNAPSHOT_STATE: state},
         ],
     )
     assert look.snapshot_state == state

@@ -8,16 +8,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from reference import Version, as_of
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
 from lakehouse.join.asof.narrow import NarrowBuild, _read_files, _WorkerIndexes
 
 SCHEMA = pa.schema(
     [
         ("k", pa.string()),
         ("value", pa.int64()),
-        (L.OP, pa.string()),
-        (L.EVENT_TIME, pa.timestamp("us", tz="UTC")),
-        (L.SEQ, pa.string()),
+        (OP, pa.string()),
+        (EVENT_TIME, pa.timestamp("us", tz="UTC")),
+        (SEQ, pa.string()),
     ]
 )
 
@@ -26,9 +26,9 @@ def _write(path, versions, *, drop=()):
     columns = {
         "k": [v.key for v in versions],
         "value": [v.value for v in versions],
-        L.OP: [v.op for v in versions],
-        L.EVENT_TIME: [datetime.fromtimestamp(v.time / 1000, UTC) for v in versions],
-        L.SEQ: [v.seq for v in versions],
+        OP: [v.op for v in versions],
+        EVENT_TIME: [datetime.fromtimestamp(v.time / 1000, UTC) for v in versions],
+        SEQ: [v.seq for v in versions],
     }
     fields = [f for f in SCHEMA if f.name not in drop]
     table = pa.Table.from_arrays(

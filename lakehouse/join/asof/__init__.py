@@ -61,8 +61,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from lakehouse.dimension import layout as L
-from lakehouse.join import layout as J
+from lakehouse.dimension.layout import EVENT_TIME
+from lakehouse.join.layout import MATCHED
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -140,8 +140,8 @@ def join_as_of(
     out_fields = [
         *probe_fields,
         *[StructField(c, build_types[c], True) for c in value_columns],
-        StructField(L.EVENT_TIME, build_types[L.EVENT_TIME], True),
-        StructField(J.MATCHED, BooleanType(), False),
+        StructField(EVENT_TIME, build_types[EVENT_TIME], True),
+        StructField(MATCHED, BooleanType(), False),
     ]
     schema: StructType = StructType(
         [

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
 from lakehouse.join.asof.common import is_plain_scan
 
 if TYPE_CHECKING:
@@ -37,18 +37,18 @@ def join_latest(
     from pyspark.sql import functions as F
 
     snapshot = _SNAPSHOTS.get(build, build_key=build_key, value_columns=value_columns)
-    latest = snapshot.rows.filter(F.col(L.OP) != "d")
+    latest = snapshot.rows.filter(F.col(OP) != "d")
     if snapshot.truncate is not None:
         t_us, seq = snapshot.truncate
-        version_t = F.unix_micros(F.col(L.EVENT_TIME))
+        version_t = F.unix_micros(F.col(EVENT_TIME))
         latest = latest.filter(
-            (version_t > F.lit(t_us)) | ((version_t == F.lit(t_us)) & (F.col(L.SEQ) > F.lit(seq)))
+            (version_t > F.lit(t_us)) | ((version_t == F.lit(t_us)) & (F.col(SEQ) > F.lit(seq)))
         )
     values = [F.col(c).alias(f"_v_{c}") for c in value_columns]
     latest = latest.select(
         *[F.col(k).alias(f"_b{i}") for i, k in enumerate(build_key)],
         *values,
-        F.col(L.EVENT_TIME).alias("_v_event_time"),
+        F.col(EVENT_TIME).alias("_v_event_time"),
         F.lit(True).alias(_PRESENT),
     )
     condition: Column | None = None
@@ -71,7 +71,7 @@ def _reduce_to_latest(
     """One row per key: its latest version by ``(start, seq)`` (deletes included)."""
     from pyspark.sql import functions as F
 
-    latest = F.max_by(F.struct(*[F.col(c) for c in carried]), F.struct(L.EVENT_TIME, L.SEQ))
+    latest = F.max_by(F.struct(*[F.col(c) for c in carried]), F.struct(EVENT_TIME, SEQ))
     return rows.groupBy(*build_key).agg(latest.alias("_latest")).select(*build_key, "_latest.*")
 
 
@@ -118,9 +118,9 @@ class _SnapshotCache:
         carried = [
             *build_key,
             *[c for c in value_columns if c not in build_key],
-            L.OP,
-            L.EVENT_TIME,
-            L.SEQ,
+            OP,
+            EVENT_TIME,
+            SEQ,
         ]
         files = frozenset(build.inputFiles())
         spark = build.sparkSession
@@ -163,14 +163,14 @@ class _SnapshotCache:
         from pyspark.sql import functions as F
 
         truncates = (
-            rows.filter(F.col(L.OP) == "t")
-            .select(F.unix_micros(F.col(L.EVENT_TIME)).alias("t"), F.col(L.SEQ).alias("s"))
+            rows.filter(F.col(OP) == "t")
+            .select(F.unix_micros(F.col(EVENT_TIME)).alias("t"), F.col(SEQ).alias("s"))
             .orderBy(F.col("t").desc(), F.col("s").desc())
             .limit(1)
             .collect()
         )
         candidates = [(int(r["t"]), str(r["s"])) for r in truncates]
-        versions = rows.filter(F.col(L.OP) != "t").select(*carried)
+        versions = rows.filter(F.col(OP) != "t").select(*carried)
         if base is not None:
             versions = base.rows.select(*carried).unionByName(versions)
             if base.truncate is not None:

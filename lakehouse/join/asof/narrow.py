@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.dimension import layout as L
+from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
 from lakehouse.storage import filesystem
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def plan_narrow(
     files = frozenset(build.inputFiles())
     if not is_plain_scan(build, files):
         return None, "the build is not a plain parquet scan of a file list"
-    needed = list(dict.fromkeys([*build_key, *value_columns, L.OP, L.EVENT_TIME, L.SEQ]))
+    needed = list(dict.fromkeys([*build_key, *value_columns, OP, EVENT_TIME, SEQ]))
     try:
         schema = spark_schema_to_arrow(StructType([build.schema[n] for n in needed]))
     except Exception as exc:  # a Spark type Arrow cannot carry: let Spark join it
@@ -293,7 +293,7 @@ class _IndexedBuild:
 
         # as the shuffle path's Spark filters: a row of NULL op is neither a version nor a
         # truncate (``op != 't'`` is NULL there, and so is dropped)
-        op = table[L.OP]
+        op = table[OP]
         if pc.any(pc.equal(op, "t")).as_py() or op.null_count:
             truncates = table.filter(pc.equal(op, "t"))
             table = table.filter(pc.not_equal(op, "t"))
@@ -302,11 +302,11 @@ class _IndexedBuild:
         table = table.combine_chunks()  # one chunk: takes by index stay cheap
         index = AsOfIndex.build(
             build_keys=[table[k] for k in narrow.build_key],
-            build_time=pc.cast(table[L.EVENT_TIME], pa.int64()),
-            build_seq=table[L.SEQ],
-            build_is_delete=pc.equal(table[L.OP], "d"),
-            truncate_time=pc.cast(truncates[L.EVENT_TIME], pa.int64()),
-            truncate_seq=truncates[L.SEQ],
+            build_time=pc.cast(table[EVENT_TIME], pa.int64()),
+            build_seq=table[SEQ],
+            build_is_delete=pc.equal(table[OP], "d"),
+            truncate_time=pc.cast(truncates[EVENT_TIME], pa.int64()),
+            truncate_seq=truncates[SEQ],
         )
         return cls(files, table, truncates, index, narrow)
 
@@ -318,7 +318,7 @@ class _IndexedBuild:
         idx = self.index.match(probe_keys=keys, probe_time=t_us)
         take = pa.array(idx, mask=idx < 0, type=pa.int64())
         fields = [self.table[c].take(take) for c in self.narrow.value_columns]
-        fields.append(self.table[L.EVENT_TIME].take(take))
+        fields.append(self.table[EVENT_TIME].take(take))
         fields.append(pa.array(idx >= 0))
         names = [*[f"_v{i}" for i in range(len(self.narrow.value_columns))], "_t", "_m"]
         return pa.StructArray.from_arrays([_one_chunk(f) for f in fields], names=names)

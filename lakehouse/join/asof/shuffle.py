@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.dimension import layout as L
-from lakehouse.join import layout as J
+from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
+from lakehouse.join.layout import MATCHED
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,20 +46,20 @@ def join_shuffle(
 
     truncates = [
         (int(r[0]), str(r[1]))
-        for r in build.filter(F.col(L.OP) == "t")
-        .select(F.unix_micros(F.col(L.EVENT_TIME)), F.col(L.SEQ))
+        for r in build.filter(F.col(OP) == "t")
+        .select(F.unix_micros(F.col(EVENT_TIME)), F.col(SEQ))
         .collect()
     ]
-    versions = build.filter(F.col(L.OP) != "t")
+    versions = build.filter(F.col(OP) != "t")
     if released.count() <= PRUNE_MAX_PROBE_ROWS:
         needed = probe.select(*[F.col(f"_k{i}").alias(bk) for i, bk in enumerate(build_key)])
         versions = versions.join(F.broadcast(needed), on=list(build_key), how="left_semi")
     versions = versions.select(
         *build_key,
         *[c for c in value_columns if c not in build_key],
-        L.SEQ,
-        (F.col(L.OP) == "d").alias(_IS_DELETE),
-        F.unix_micros(F.col(L.EVENT_TIME)).alias(_T_US),
+        SEQ,
+        (F.col(OP) == "d").alias(_IS_DELETE),
+        F.unix_micros(F.col(EVENT_TIME)).alias(_T_US),
     )
     bucket_probe = F.pmod(
         F.xxhash64(*[F.col(f"_k{i}") for i in range(len(build_key))]), F.lit(num_buckets)
@@ -94,7 +94,7 @@ def _bucket_fn(
             probe_time=probe.column(PROBE_TIME_US),
             build_keys=[build.column(k) for k in build_keys],
             build_time=build.column(_T_US),
-            build_seq=build.column(L.SEQ),
+            build_seq=build.column(SEQ),
             build_is_delete=build.column(_IS_DELETE),
             truncate_time=np.asarray([t for t, _ in truncates], dtype=np.int64),
             truncate_seq=np.asarray([s for _, s in truncates], dtype=object),
@@ -110,7 +110,7 @@ def _bucket_fn(
             columns.append(build.column(name).take(take))
         columns.append(build.column(_T_US).take(take).cast(event_time_type))
         columns.append(pa.array(idx >= 0))
-        names += [*value_names, L.EVENT_TIME, J.MATCHED]
+        names += [*value_names, EVENT_TIME, MATCHED]
         table = pa.Table.from_arrays(columns, names=names)
         return table.rename_columns(list(out_names))
 
