@@ -1,7 +1,8 @@
 """What one batch commits to one build table, decided in pure code.
 
 The sink (:mod:`lakehouse.dimension.sink`) reads a build table once per batch
-(:class:`TargetLook`: its properties and the newest values its data commits recorded), counts
+(:class:`~lakehouse.dimension.look.TargetLook`: its properties and the newest values its data
+commits recorded), counts
 the batch's rows for it (:class:`RowStats`), takes the snapshot signals' :class:`Decision`,
 and asks :func:`plan_commit` what to write. No Spark, no I/O here: plain values in, a
 :class:`CommitPlan` out, which the sink carries out in the order the exactly-once argument
@@ -15,7 +16,7 @@ open it stays at the block's watermark, capped below the first incompatible reco
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +35,12 @@ from lakehouse.dimension.layout import (
     PROP_CONNECT_SCHEMAS,
     PROP_EVENT_TIME,
     PROP_PRIMARY_KEY,
-    PROP_SCHEMA_BLOCK,
     PROP_SNAPSHOT_COMPLETE,
     PROP_SNAPSHOT_RESNAPSHOT_JOIN,
     PROP_SNAPSHOT_STATE,
     PROP_SOURCE_TABLE,
 )
+from lakehouse.dimension.look import TargetLook
 from lakehouse.dimension.marker import phase_of
 from lakehouse.dimension.plan import MAX_DDL_PER_COMMIT
 from lakehouse.dimension.schema_block import SchemaBlock, open_block
@@ -49,83 +50,6 @@ from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
     from lakehouse.dimension.plan import BlockEvidence, TargetPlan
-
-#: How many recent commits of a build table are read for the values its data commits record.
-HISTORY_LIMIT = 50
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TargetLook:
-    """What a batch reads of one build table before it commits to it.
-
-    Attributes:
-        exists: the table exists.
-        version: its latest version (-1 when it does not exist).
-        properties: its table properties (empty when it does not exist).
-        replay: the table records this batch's transaction already (a replayed batch: the
-            data commit will be skipped, and nothing is recorded twice).
-        max_event_time_ms: the largest event time its data commits recorded, if any.
-        watermark_ms: the build watermark its last data commit recorded.
-        blocked_total: records dead-lettered under the open schema block so far.
-        snapshot_state: the snapshot bookkeeping its last data commit recorded (JSON).
-    """
-
-    exists: bool
-    version: int = -1
-    properties: Mapping[str, str]
-    replay: bool
-    max_event_time_ms: int | None = None
-    watermark_ms: int = WATERMARK_MIN
-    blocked_total: int = 0
-    snapshot_state: str | None = None
-
-    @classmethod
-    def from_history(
-        cls,
-        *,
-        version: int,
-        properties: Mapping[str, str],
-        replay: bool,
-        metadata: Iterable[Mapping[str, str]],
-    ) -> TargetLook:
-        """The look at an existing table from its properties and its recent commits'
-        metadata, newest first: the newest non-empty value of each key counts. ``metadata``
-        is consumed only until every value wanted is found (the blocked-record count only
-        while a schema block is open), so an iterator over a log reads few commits.
-
-        >>> look = TargetLook.from_history(version=7, properties={}, replay=False, metadata=[
-        ...     {"lakehouse.reason": "marker"},
-        ...     {"lakehouse.watermark": "90", "lakehouse.maxEventTime": "100"},
-        ...     {"lakehouse.watermark": "40", "lakehouse.maxEventTime": "50"}])
-        >>> look.max_event_time_ms, look.watermark_ms, look.blocked_total
-        (100, 90, 0)
-        """
-        wanted = [META_MAX_EVENT_TIME, META_WATERMARK, META_SNAPSHOT_STATE]
-        if properties.get(PROP_SCHEMA_BLOCK):
-            wanted.append(META_SCHEMA_BLOCKED_TOTAL)
-        found: dict[str, str] = {}
-        for entry in metadata:
-            for key in wanted:
-                if key not in found and entry.get(key) not in (None, ""):
-                    found[key] = entry[key]
-            if len(found) == len(wanted):
-                break
-        max_ts = found.get(META_MAX_EVENT_TIME)
-        watermark = found.get(META_WATERMARK)
-        return cls(
-            exists=True,
-            version=version,
-            properties=dict(properties),
-            replay=replay,
-            max_event_time_ms=int(max_ts) if max_ts is not None else None,
-            watermark_ms=int(watermark) if watermark is not None else WATERMARK_MIN,
-            blocked_total=int(found.get(META_SCHEMA_BLOCKED_TOTAL) or 0),
-            snapshot_state=found.get(META_SNAPSHOT_STATE),
-        )
-
-
-#: The look at a table that does not exist yet.
-NO_TABLE = TargetLook(exists=False, properties={}, replay=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

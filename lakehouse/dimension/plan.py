@@ -1,21 +1,31 @@
-"""Planning one batch for one build table: what the sink will write, decided from one summary
-of the batch and the table's schema, before anything is written.
+"""Planning one batch for one build table: what the sink will write, decided before
+anything is written, from one summary of the batch and one look at the table.
 
-:func:`summarise` is the batch's one Spark job for the driver (record kinds, column sets,
-phases, event-time range, end offsets); :func:`plan_target` projects a target's change events
-onto the build table layout and decides the schema evolution: columns added or widened,
-values that do not fit dead-lettered with the column and value, and the first incompatible
-record that opens a schema block (:mod:`lakehouse.dimension.schema_block`). The sink
-(:mod:`lakehouse.dimension.sink`) writes what the plan says, in its fixed order.
+The order is read, decide, then build:
+
+* :func:`summarise` is the batch's one Spark job for the driver (record kinds, column sets,
+  phases, event-time range, end offsets); :func:`lakehouse.dimension.look.look_at` is the one
+  look at the table (its columns, key and properties);
+* :func:`plan_columns` decides the schema evolution in pure code: columns added or widened,
+  column sets refused (a true conflict, which opens a schema block), key columns. A widening
+  that could lose a value the table holds (bigint into double) needs one scan of the table,
+  which :func:`decide_columns` runs before deciding again;
+* :func:`plan_target` builds the lazy DataFrames of the plan (:class:`TargetFrames`): the
+  rows in the build table layout, values that do not fit dead-lettered with the column and
+  value, and the records a schema block holds back (:mod:`lakehouse.dimension.schema_block`),
+  beside the plain :class:`TargetPlan` the commit is decided from.
+
+The sink (:mod:`lakehouse.dimension.sink`) writes what the plan says, in its fixed order.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from lakehouse import delta
 from lakehouse.delta.types import fits, value_checked, widened
@@ -32,6 +42,7 @@ from lakehouse.dimension.layout import (
     SNAPSHOT,
     SNAPSHOT_PHASES,
 )
+from lakehouse.dimension.look import TargetLook
 from lakehouse.dimension.signals import Offsets
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
@@ -57,31 +68,6 @@ class BlockEvidence:
     reason: str
     first_offset: dict[str, Any]
     first_event_time_ms: int | None
-
-
-@dataclass(slots=True)
-class TargetPlan:
-    target: BuildTarget
-    key_columns: tuple[str, ...]
-    rows: DataFrame | None
-    rejected: DataFrame | None
-    rejected_count: int
-    evidence: BlockEvidence | None = None
-    active_block: SchemaBlock | None = None
-    blocked_count: int = 0
-    schema_changes: list[dict[str, Any]] = field(default_factory=list)
-    #: the column sets (``_row_columns``) whose records the table refused (a true conflict)
-    refused_columns: frozenset[str] = frozenset()
-
-    def accepts_schemas_of(self, group: Mapping[str, Any]) -> bool:
-        """Whether the records of a summary group go into the table as they are, so that
-        their Connect schema is the table's (:mod:`lakehouse.dimension.connect_schemas`):
-        not refused, and no schema block open or starting."""
-        return (
-            self.active_block is None
-            and self.evidence is None
-            and group.get("_row_columns") not in self.refused_columns
-        )
 
 
 def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -209,80 +195,149 @@ def schema_change_events(decoded: DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def plan_target(
-    decoded: DataFrame,
-    target: BuildTarget,
-    summary: list[Any],
-    batch_id: int,
-    *,
-    block: SchemaBlock | None = None,
-    replay: bool = False,
-) -> TargetPlan:
-    """Decide the columns, key and schema-block handling of one target for this batch, and
-    build (lazily) the DataFrames of its new versions and of its rejected records.
+class Refusal(NamedTuple):
+    """Why the table refuses a column set: its first column whose type neither fits the
+    table's nor widens it without loss."""
 
-    Args:
-        block: the table's open schema block, which holds back every change of this batch.
-        replay: planning the dead letters of a block again (:mod:`.schema_block`): records
-            that do not fit are rejected, but start no block and hold nothing back.
+    column: str
+    record_type: str
+    table_type: str
+    reason: str
+
+
+#: A widening the plan needs a table scan for: (column, the table's type, the wider type).
+Widening = tuple[str, "DataType", "DataType"]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSet:
+    """The change records of one summary group, as the decoder typed their row image.
+
+    Attributes:
+        name: the group's ``_row_columns`` text (it names the set in the summary).
+        columns: each column's type in the order the records have them; None for a column
+            seen only as NULL (or holding ``void``), whose type is not known yet.
+        fallbacks: the type a column seen only as an empty array gets when it must have one.
+        key_columns: the Debezium key's columns the records carry (empty without a key).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
 
-    uri = target.table_uri
-    exists = delta.table_exists(uri)
-    table_types: dict[str, DataType] = {}
-    if exists:
-        for f in delta.table_schema(uri).fields:
-            table_types[f.name] = f.dataType
+    name: str
+    columns: tuple[tuple[str, DataType | None], ...]
+    fallbacks: tuple[tuple[str, DataType], ...] = ()
+    key_columns: tuple[str, ...] = ()
 
-    # Column types: the table's where it has the column, else the first concrete type seen.
+
+@dataclass(frozen=True, slots=True)
+class ColumnPlan:
+    """The columns one batch writes to one build table, decided from the table's look and
+    the batch's column sets (:func:`plan_columns`).
+
+    Attributes:
+        order: the row image's columns in table order, new ones after the table's.
+        types: each column's type: the table's, widened where a record needs it, or the
+            first concrete type seen for a new column (a column without one reads as string).
+        key_columns: the configured key, else the key the table recorded, else the records'.
+        compatible: the column sets that go into the table.
+        refused: the column sets the table refuses, each with why.
+        value_checks: per column, the record type and the column sets whose values must be
+            checked one by one to go into the column's type (bigint into double).
+        unchecked: widenings whose table values were not checked yet; :func:`decide_columns`
+            checks them and plans again, so a final plan has none.
+    """
+
+    order: tuple[str, ...]
+    types: Mapping[str, DataType]
+    key_columns: tuple[str, ...]
+    compatible: tuple[str, ...] = ()
+    refused: Mapping[str, Refusal] = field(default_factory=dict)
+    value_checks: Mapping[str, tuple[DataType, tuple[str, ...]]] = field(default_factory=dict)
+    unchecked: frozenset[Widening] = frozenset()
+
+
+def plan_columns(
+    target: BuildTarget,
+    look: TargetLook,
+    sets: Sequence[ColumnSet],
+    held: Mapping[Widening, str | None] | None = None,
+) -> ColumnPlan:
+    """Decide the columns of one table for a batch, in pure code.
+
+    Column sets are taken in order. A set whose every column fits the table's type (or a
+    type an earlier set widened it to) goes in; one with a column whose type widens the
+    table's without loss goes in and widens it, unless the table holds a value the wider type
+    does not hold exactly (``held``: the first such value per widening, as text, or None);
+    any other set is refused, with the first column that does not fit. A new column takes
+    the first concrete type seen; one seen only as NULL is left out until a value types it,
+    unless it is a key or the event-time column (then it reads as string) or an empty array
+    (kept as ``array<string>``).
+
+    ``held`` answers the widenings a value check needs (:func:`lakehouse.delta.types.
+    value_checked`); one it does not answer is taken as holding every value and listed in
+    :attr:`ColumnPlan.unchecked`.
+
+    >>> from pyspark.sql.types import DoubleType, LongType, StringType
+    >>> look = TargetLook(exists=True, properties={}, replay=False,
+    ...     columns={"id": LongType(), "rate": LongType()})
+    >>> sets = [ColumnSet('[["id","bigint"],["rate","double"]]', (("id", LongType()),
+    ...     ("rate", DoubleType()))), ColumnSet('[["id","bigint"],["rate","string"]]',
+    ...     (("id", LongType()), ("rate", StringType())))]
+    >>> plan = plan_columns(BuildTarget("/t/rates", key_columns=("id",)), look, sets)
+    >>> plan.types["rate"], plan.unchecked
+    (DoubleType(), frozenset({('rate', LongType(), DoubleType())}))
+    >>> plan = plan_columns(BuildTarget("/t/rates", key_columns=("id",)), look, sets,
+    ...     {("rate", LongType(), DoubleType()): "9007199254740993"})
+    >>> plan.types["rate"], plan.compatible, [r.column for r in plan.refused.values()]
+    (LongType(), (), ['rate', 'rate'])
+    """
+    held = held or {}
+    table_types = dict(look.columns)
     chosen: dict[str, DataType] = dict(table_types)
     order: list[str] = [n for n in table_types if n not in LINEAGE_COLUMNS]
     untyped: list[str] = []  # new columns seen only as NULL so far
     compatible: list[str] = []
-    # column set -> (column, record type, table type, reason)
-    incompatible: dict[str, tuple[str, str, str, str]] = {}
+    refused: dict[str, Refusal] = {}
     fallback: dict[str, DataType] = {}  # untyped columns that still need a type (empty arrays)
-    for r in summary:
-        raw_cols = json.loads(r["_row_columns"] or "[]")
-        for n, t in raw_cols:
-            typ = _void_fallback(t)
-            if typ is not None:
-                fallback.setdefault(n, typ)
-        cols = [(n, _parse_type(t)) for n, t in raw_cols]
+    unchecked: set[Widening] = set()
+    for s in sets:
+        for n, typ in s.fallbacks:
+            fallback.setdefault(n, typ)
         wider: dict[str, DataType] = {}
         clash = None
-        for n, t in cols:
+        for n, t in s.columns:
             if t is None or n not in chosen or fits(t, chosen[n]):
                 continue
             # a type both hold without loss: the column widens (the table is rewritten
-            # with it before the data commit); otherwise a true conflict blocks the table
+            # with it before the data commit); otherwise a true conflict refuses the set
             w = widened(t, chosen[n])
-            spark = decoded.sparkSession
-            held = None if w is None else _value_not_held(spark, uri, n, table_types.get(n), w)
-            if w is None or held is not None:
-                clash = (n, t, held)
+            lost = None
+            old = table_types.get(n)
+            if w is not None and old is not None and value_checked(old, w):
+                if (n, old, w) in held:
+                    lost = held[(n, old, w)]
+                else:
+                    unchecked.add((n, old, w))
+            if w is None or lost is not None:
+                clash = (n, t, lost)
                 break
             wider[n] = w
         if clash is not None:
-            name, typ, held = clash
-            incompatible[r["_row_columns"]] = (
+            name, typ, lost = clash
+            refused[s.name] = Refusal(
                 name,
                 typ.simpleString(),
                 chosen[name].simpleString(),
                 f"column '{name}' has type {typ.simpleString()} in this record but "
-                f"{chosen[name].simpleString()} in build table '{uri}'"
+                f"{chosen[name].simpleString()} in build table '{target.table_uri}'"
                 + (
                     ""
-                    if held is None
-                    else f", which holds {held} (not exact as {typ.simpleString()})"
+                    if lost is None
+                    else f", which holds {lost} (not exact as {typ.simpleString()})"
                 ),
             )
             continue
         chosen.update(wider)
-        compatible.append(r["_row_columns"])
-        for n, t in cols:
+        compatible.append(s.name)
+        for n, t in s.columns:
             if n in chosen or n in order:
                 continue
             if t is not None:
@@ -292,15 +347,11 @@ def plan_target(
                 untyped.append(n)
 
     key_columns = tuple(target.key_columns)
-    if not key_columns and exists:
-        stored = delta.get_properties(uri).get(PROP_PRIMARY_KEY, "")
+    if not key_columns and look.exists:
+        stored = look.properties.get(PROP_PRIMARY_KEY, "")
         key_columns = tuple(c for c in stored.split(",") if c)
     if not key_columns:
-        for r in summary:
-            seen = tuple(json.loads(r["_key_columns"] or "[]"))
-            if seen:
-                key_columns = seen
-                break
+        key_columns = next((s.key_columns for s in sets if s.key_columns), ())
     # A new column seen only as NULL is left out until a value gives it a type (its NULLs
     # read as NULL anyway); fixing it as string now would block the table on its first
     # value. Key and event-time columns are needed now: they fall back to string.
@@ -310,15 +361,172 @@ def plan_target(
             order.append(n)
         elif n not in order and (n in key_columns or n == target.event_time_column):
             order.append(n)
+    checks: dict[str, tuple[DataType, list[str]]] = {}
+    for s in sets:
+        if s.name in refused:
+            continue
+        for n, t in s.columns:
+            if t is not None and n in chosen and value_checked(t, chosen[n]):
+                checks.setdefault(n, (t, []))[1].append(s.name)
+    return ColumnPlan(
+        order=tuple(order),
+        types=chosen,
+        key_columns=key_columns,
+        compatible=tuple(compatible),
+        refused=refused,
+        value_checks={n: (t, tuple(names)) for n, (t, names) in checks.items()},
+        unchecked=frozenset(unchecked),
+    )
+
+
+def require_columns(target: BuildTarget, plan: ColumnPlan) -> None:
+    """Refuse a batch whose records the table cannot be keyed or timed by.
+
+    Raises:
+        ConfigError: no key configured nor carried; a key column or the event-time column
+            missing from the row image.
+    """
+    uri = target.table_uri
+    if not plan.key_columns:
+        raise ConfigError(
+            f"build table '{uri}': no key columns configured and the records carry no Debezium "
+            'key; set the table\'s key (key = ["id"] under [[ingest.tables]], or --key id)',
+            setting="key",
+        )
+    missing = [k for k in plan.key_columns if k not in plan.order]
+    if missing and plan.compatible:
+        raise ConfigError(
+            f"build table '{uri}': key column(s) {missing} are not in the row image; the "
+            f"records have columns {list(plan.order)}. Fix the table's key (key under "
+            "[[ingest.tables]], or --key)",
+            setting="ingest.tables.key",
+        )
+    if target.event_time_column and target.event_time_column not in plan.order:
+        raise ConfigError(
+            f"build table '{uri}': event-time column '{target.event_time_column}' is not in "
+            f"the row image (columns: {list(plan.order)}). Fix event_time under "
+            "[[ingest.tables]] (or --event-time), or leave it unset to use source.ts_ms",
+            setting="ingest.tables.event_time",
+        )
+
+
+def column_sets(summary: Sequence[Mapping[str, Any]]) -> list[ColumnSet]:
+    """The column sets of a target's summary groups (:func:`summarise`), their types parsed
+    (in the JVM: Spark's DDL parser; each distinct type once per process)."""
+    sets = []
+    for r in summary:
+        raw = json.loads(r["_row_columns"] or "[]")
+        sets.append(
+            ColumnSet(
+                name=r["_row_columns"],
+                columns=tuple((n, _parse_type(t)) for n, t in raw),
+                fallbacks=tuple((n, typ) for n, t in raw if (typ := _void_fallback(t)) is not None),
+                key_columns=tuple(json.loads(r["_key_columns"] or "[]")),
+            )
+        )
+    return sets
+
+
+def decide_columns(
+    spark: SparkSession, target: BuildTarget, look: TargetLook, sets: Sequence[ColumnSet]
+) -> ColumnPlan:
+    """:func:`plan_columns`, with the table values each widening needs checked: a scan of
+    the table per widening that can lose a value (bigint into double), and none otherwise."""
+    held: dict[Widening, str | None] = {}
+    while True:
+        plan = plan_columns(target, look, sets, held)
+        if not plan.unchecked:
+            return plan
+        table = delta.read(spark, target.table_uri)
+        for n, old, new in plan.unchecked:
+            held[(n, old, new)] = delta.first_inexact(table, n, old, new)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetPlan:
+    """What one batch does to one build table, in plain values (:func:`plan_target`); the
+    DataFrames that carry it out are apart (:class:`TargetFrames`), so the commit is decided
+    from this alone (:func:`lakehouse.dimension.commit.plan_commit`).
+
+    Attributes:
+        target: the table.
+        key_columns: its key (:attr:`ColumnPlan.key_columns`).
+        rejected_count: the records dead-lettered for it (refused, or held back by a block).
+        evidence: the first incompatible record, when the batch starts a schema block.
+        active_block: the table's open schema block, which holds back all of the batch.
+        blocked_count: the records the block (open, or starting now) held back.
+        schema_changes: the batch's schema-change (DDL) events of its source table.
+        refused_columns: the column sets whose records the table refused (a true conflict).
+    """
+
+    target: BuildTarget
+    key_columns: tuple[str, ...]
+    rejected_count: int = 0
+    evidence: BlockEvidence | None = None
+    active_block: SchemaBlock | None = None
+    blocked_count: int = 0
+    schema_changes: tuple[Mapping[str, Any], ...] = ()
+    refused_columns: frozenset[str] = frozenset()
+
+    def accepts_schemas_of(self, group: Mapping[str, Any]) -> bool:
+        """Whether the records of a summary group go into the table as they are, so that
+        their Connect schema is the table's (:mod:`lakehouse.dimension.connect_schemas`):
+        not refused, and no schema block open or starting."""
+        return (
+            self.active_block is None
+            and self.evidence is None
+            and group.get("_row_columns") not in self.refused_columns
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TargetFrames:
+    """The (lazy) DataFrames of a :class:`TargetPlan`: the table's new versions, in the
+    build table layout, and its rejected records, with ``_error_kind`` and ``_error``; None
+    when there are none."""
+
+    rows: DataFrame | None = None
+    rejected: DataFrame | None = None
+
+
+def plan_target(
+    decoded: DataFrame,
+    target: BuildTarget,
+    look: TargetLook,
+    summary: Sequence[Mapping[str, Any]],
+    *,
+    block: SchemaBlock | None = None,
+    replay: bool = False,
+    schema_changes: Sequence[Mapping[str, Any]] = (),
+) -> tuple[TargetPlan, TargetFrames]:
+    """Plan one target for this batch: its columns (:func:`decide_columns`), then its rows
+    and rejected records as lazy DataFrames. ``summary``: the target's change groups.
+
+    Args:
+        look: the table as the batch found it (:func:`lakehouse.dimension.look.look_at`).
+        block: the table's open schema block, which holds back every change of this batch.
+        replay: planning the dead letters of a block again (:mod:`.schema_block`): records
+            that do not fit are rejected, but start no block and hold nothing back.
+        schema_changes: the batch's DDL events of the target's source table.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    uri = target.table_uri
+    changes = tuple(schema_changes)
+    columns = decide_columns(decoded.sparkSession, target, look, column_sets(summary))
+    key_columns = columns.key_columns
     if not summary:
-        return TargetPlan(target, key_columns, None, None, 0)
+        return TargetPlan(target=target, key_columns=key_columns, schema_changes=changes), (
+            TargetFrames()
+        )
 
     mine = decoded.filter(F.col("_kind") == "change")
     if target.source_table is not None:
         mine = mine.filter(F.col("_source_table") == target.source_table)
     if block is not None:
         # blocked: every change of the table is held back (module .schema_block)
-        held = mine.withColumn("_error_kind", F.lit("schema_blocked")).withColumn(
+        held_back = mine.withColumn("_error_kind", F.lit("schema_blocked")).withColumn(
             "_error",
             F.lit(
                 f"build table '{uri}' is blocked on schema since version "
@@ -327,34 +535,18 @@ def plan_target(
             ),
         )
         count = sum(r["n"] for r in summary)
-        return TargetPlan(
-            target, key_columns, None, held, count, active_block=block, blocked_count=count
+        plan = TargetPlan(
+            target=target,
+            key_columns=key_columns,
+            rejected_count=count,
+            active_block=block,
+            blocked_count=count,
+            schema_changes=changes,
         )
+        return plan, TargetFrames(rejected=held_back)
 
-    if not key_columns:
-        raise ConfigError(
-            f"build table '{uri}': no key columns configured and the records carry no Debezium "
-            'key; set the table\'s key (key = ["id"] under [[ingest.tables]], or --key id)',
-            setting="key",
-        )
-    missing = [k for k in key_columns if k not in order]
-    if missing and compatible:
-        raise ConfigError(
-            f"build table '{uri}': key column(s) {missing} are not in the row image; the "
-            f"records have columns {order}. Fix the table's key (key under [[ingest.tables]], "
-            "or --key)",
-            setting="ingest.tables.key",
-        )
-    if target.event_time_column and target.event_time_column not in order:
-        raise ConfigError(
-            f"build table '{uri}': event-time column '{target.event_time_column}' is not in "
-            f"the row image (columns: {order}). Fix event_time under [[ingest.tables]] (or "
-            "--event-time), or leave it unset to use source.ts_ms",
-            setting="ingest.tables.event_time",
-        )
-
-    from pyspark.sql.types import StringType
-
+    require_columns(target, columns)
+    chosen, order, incompatible = columns.types, columns.order, columns.refused
     value_struct = StructType([StructField(n, chosen.get(n, StringType()), True) for n in order])
 
     reason = F.lit(None).cast("string")
@@ -375,7 +567,7 @@ def plan_target(
     mine = mine.withColumn("_v", parsed)
     # bigint values going into a double column (widened, or widened before): each is
     # checked, and one a double does not hold exactly is dead-lettered, never rounded
-    for name, (record_type, sets) in _value_checks(summary, compatible, chosen).items():
+    for name, (record_type, sets) in columns.value_checks.items():
         exact = F.from_json(F.col("_row_json"), StructType([StructField(name, record_type, True)]))[
             name
         ]
@@ -451,46 +643,20 @@ def plan_target(
         F.col("offset").alias(KAFKA_OFFSET),
     )
     mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
-    return TargetPlan(
-        target,
-        key_columns,
-        rows,
-        rejected,
-        mismatched + held_count,
+    plan = TargetPlan(
+        target=target,
+        key_columns=key_columns,
+        rejected_count=mismatched + held_count,
         evidence=evidence,
         blocked_count=mismatched + held_count if evidence is not None else 0,
+        schema_changes=changes,
         refused_columns=frozenset(incompatible),
     )
-
-
-def _value_not_held(
-    spark: SparkSession, uri: str, name: str, old: DataType | None, new: DataType
-) -> str | None:
-    """A value of the table's column that would not survive widening it from ``old`` to
-    ``new`` (as text), or None when every value does (or the change is exact by type)."""
-    if old is None:
-        return None
-    return delta.first_inexact(delta.read(spark, uri), name, old, new)
-
-
-def _value_checks(
-    summary: list[Any], compatible: list[str], chosen: Mapping[str, DataType]
-) -> dict[str, tuple[DataType, list[str]]]:
-    """Per column, the record type and the column sets (``_row_columns``) whose values must
-    be checked one by one to go into the column's chosen type (:func:`value_checked`)."""
-    checks: dict[str, tuple[DataType, list[str]]] = {}
-    for r in summary:
-        if r["_row_columns"] not in compatible:
-            continue
-        for n, t in json.loads(r["_row_columns"] or "[]"):
-            typ = _parse_type(t)
-            if typ is not None and n in chosen and value_checked(typ, chosen[n]):
-                checks.setdefault(n, (typ, []))[1].append(r["_row_columns"])
-    return checks
+    return plan, TargetFrames(rows=rows, rejected=rejected)
 
 
 def _block_evidence(
-    mine: DataFrame, incompatible: Mapping[str, tuple[str, str, str, str]], uri: str
+    mine: DataFrame, incompatible: Mapping[str, Refusal], uri: str
 ) -> tuple[BlockEvidence, Column, int]:
     """The first incompatible record of the batch, and which compatible records it holds
     back: those of the same topic-partition at later offsets (Debezium keeps a key in one
@@ -506,7 +672,7 @@ def _block_evidence(
     )
     assert first is not None
     column, record_type, table_type, reason = incompatible[first["_row_columns"]]
-    min_ts = bad.agg(F.min("_event_time_ms")).first()[0]
+    min_ts = bad.agg(F.min("_event_time_ms")).collect()[0][0]
     evidence = BlockEvidence(
         column=column,
         table_type=table_type,
@@ -571,6 +737,7 @@ def _event_time_expr(target: BuildTarget, row: Column, types: Mapping[str, DataT
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_type(ddl: str) -> DataType | None:
     """Parse a Spark SQL type string from the decoder; a type that is or holds ``void`` (a
     NULL, an empty array) is not known yet and gives None: no table gets a ``void`` column."""
@@ -578,7 +745,7 @@ def _parse_type(ddl: str) -> DataType | None:
 
     if ddl in ("null", "") or "void" in ddl:
         return None
-    return StructType.fromDDL(f"x {ddl}").fields[0].dataType
+    return cast("StructType", StructType.fromDDL(f"x {ddl}")).fields[0].dataType
 
 
 def _void_fallback(ddl: str) -> DataType | None:
@@ -603,8 +770,11 @@ def lineage_schema() -> StructType:
     table): the lineage columns only; the row image's columns are added by the first rows."""
     from pyspark.sql.types import StructType
 
-    return StructType.fromDDL(
-        f"{OP} string, {EVENT_TIME} timestamp, {SEQ} string, {SNAPSHOT} boolean, "
-        f"{INGESTED_AT} timestamp, {KAFKA_TOPIC} string, {KAFKA_PARTITION} int, "
-        f"{KAFKA_OFFSET} bigint"
+    return cast(
+        "StructType",
+        StructType.fromDDL(
+            f"{OP} string, {EVENT_TIME} timestamp, {SEQ} string, {SNAPSHOT} boolean, "
+            f"{INGESTED_AT} timestamp, {KAFKA_TOPIC} string, {KAFKA_PARTITION} int, "
+            f"{KAFKA_OFFSET} bigint"
+        ),
     )

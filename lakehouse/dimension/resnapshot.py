@@ -86,9 +86,9 @@ def synthetic_deletes(
         )
     touched = every.filter("_new").select(*key_columns).distinct()
     resnapshot_time = (
-        every.filter(F.col("_new") & F.col(SNAPSHOT)).agg(F.max(EVENT_TIME)).first()[0]
+        every.filter(F.col("_new") & F.col(SNAPSHOT)).agg(F.max(EVENT_TIME)).collect()[0][0]
     )
-    truncated = every.filter(F.col(OP) == "t").agg(F.max(EVENT_TIME)).first()[0]
+    truncated = every.filter(F.col(OP) == "t").agg(F.max(EVENT_TIME)).collect()[0][0]
     order = Window.partitionBy(*key_columns).orderBy(F.col(EVENT_TIME).desc(), F.col(SEQ).desc())
     latest = (
         every.filter(F.col(OP) != "t")

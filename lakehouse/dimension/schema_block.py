@@ -85,6 +85,7 @@ from lakehouse.dimension.layout import (
     PROP_SCHEMA_LAST_RESOLVED,
     PROP_SOURCE_TABLE,
 )
+from lakehouse.dimension.look import look_at
 from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_watermark, now_iso
 from lakehouse.dimension.plan import plan_target, summarise
 from lakehouse.dimension.targets import BuildTarget
@@ -375,12 +376,13 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
         if r["_kind"] == "change"
         and (target.source_table is None or r["_source_table"] == target.source_table)
     ]
-    plan = plan_target(decoded, target, summary, block.batch_id, block=None, replay=True)
-    if plan.rows is None:
+    look = look_at(uri, app_id=RESOLVE_APP_ID, batch_id=block.batch_id)
+    _, frames = plan_target(decoded, target, look, summary, replay=True)
+    if frames.rows is None:
         return _Replay(None, 0, candidates, applied, 0, None)
-    rows = plan.rows.persist()
-    agg = rows.agg(F.count(F.lit(1)).alias("n"), F.max(EVENT_TIME).alias("m")).first()
-    rejected = plan.rejected.count() if plan.rejected is not None else 0
+    rows = frames.rows.persist()
+    agg = rows.agg(F.count(F.lit(1)).alias("n"), F.max(EVENT_TIME).alias("m")).collect()[0]
+    rejected = frames.rejected.count() if frames.rejected is not None else 0
     max_ms = None if agg["m"] is None else int(agg["m"].timestamp() * 1000)
     return _Replay(rows, int(agg["n"]), candidates, applied, rejected, max_ms)
 

@@ -1,12 +1,17 @@
 """The build table sink: Debezium records become versioned Delta build tables.
 
-:class:`BuildSink` is a ``foreachBatch`` function. For each micro-batch it:
+:class:`BuildSink` is a ``foreachBatch`` function. For each micro-batch it reads what it
+decides from, decides in pure code, then writes:
 
-1. decodes the raw records on the executors (:mod:`lakehouse.dimension.decode`);
-2. collects a small summary to the driver: record kinds, per source table the column sets,
-   key columns, snapshot phases and event-time range, and the batch's end offsets;
+1. takes one look at each build table (:mod:`lakehouse.dimension.look`): columns, properties,
+   what its recent commits recorded, whether it records this batch already;
+2. decodes the raw records on the executors (:mod:`lakehouse.dimension.decode`) and collects
+   a small summary to the driver: record kinds, per source table the column sets, key
+   columns, snapshot phases and event-time range, and the batch's end offsets;
 3. routes change events to their build table (one target per source table, or one target
-   for everything) and projects them onto the build table layout (:mod:`.layout`);
+   for everything), decides each table's columns and projects the events onto the build
+   table layout (:mod:`.plan`, :mod:`.layout`), decides its snapshot signals
+   (:mod:`.signals`) and its commit (:mod:`.commit`);
 4. appends rejected records to the dead-letter table, then each target's versions, each
    with the idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch
    id, build watermark, max event time, end offsets, row count);
@@ -44,14 +49,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.dimension import connect_schemas
-from lakehouse.dimension.commit import (
-    HISTORY_LIMIT,
-    NO_TABLE,
-    CommitPlan,
-    RowStats,
-    TargetLook,
-    plan_commit,
-)
+from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
@@ -65,11 +63,11 @@ from lakehouse.dimension.layout import (
     PROP_SNAPSHOT_RESNAPSHOT_JOIN,
     PROP_SNAPSHOT_SIGNAL,
 )
+from lakehouse.dimension.look import TargetLook, look_at
 from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
     iso_to_ms,
-    last_signal_state,
     last_watermark,
     notification_properties,
     now_iso,
@@ -79,6 +77,7 @@ from lakehouse.dimension.marker import (
     start_resnapshot,
 )
 from lakehouse.dimension.plan import (
+    TargetFrames,
     TargetPlan,
     count_kinds,
     empty_like,
@@ -102,7 +101,6 @@ from lakehouse.dimension.signals import (
     Offsets,
     OffsetsProbe,
     RowGroup,
-    SignalState,
     decide,
     merge_offsets,
     parse_heartbeat,
@@ -188,7 +186,7 @@ class BuildSink:
         dupes = {r for r in routes if routes.count(r) > 1}
         if dupes:
             raise ConfigError(
-                f"source table(s) {sorted(dupes)} routed to more than one target",
+                f"source table(s) {sorted(dupes, key=str)} routed to more than one target",
                 setting="source_table",
             )
         self.targets = tuple(targets)
@@ -222,7 +220,12 @@ class BuildSink:
                 heal_marker(target.table_uri)
                 self._sync_resnapshot_join(target)
             self._markers_checked = True
-        if all(self._already_committed(t, batch_id) for t in self.targets):
+        # one look at each table: everything the batch decides for it is decided from this
+        looks = {
+            t.table_uri: look_at(t.table_uri, app_id=self.pipeline_id, batch_id=batch_id)
+            for t in self.targets
+        }
+        if all(look.replay for look in looks.values()):
             return BatchReport(
                 batch_id=batch_id,
                 targets=tuple(self._skipped_report(t) for t in self.targets),
@@ -237,32 +240,27 @@ class BuildSink:
             is_signal = F.col("topic").isin(*self.signal_topics)
             data, signal_df = df.filter(~is_signal), df.filter(is_signal)
         signals = self._read_signals(signal_df)
-        start = self._connect_schemas_at_start(batch_id)
+        start = self._connect_schemas_at_start(looks, batch_id)
         with contextlib.ExitStack() as cached:  # what the batch persists, unpersisted at its end
             decoded = decode_raw(
                 data, max_record_bytes=self.max_record_bytes, schemas=start, wire=self._wire
             )
             cached.callback(decoded.unpersist)
             return self._process_decoded(
-                decoded, signal_df, signals, batch_id, started, start, cached
+                decoded, signal_df, signals, looks, batch_id, started, start, cached
             )
 
     # ------------------------------------------------------------------------------ internals
 
-    def _already_committed(self, target: BuildTarget, batch_id: int) -> bool:
-        if not delta.table_exists(target.table_uri):
-            return False
-        recorded = delta.transaction_version(target.table_uri, self.pipeline_id)
-        return recorded is not None and recorded >= batch_id
-
-    def _connect_schemas_at_start(self, batch_id: int) -> dict[str, str]:
+    def _connect_schemas_at_start(
+        self, looks: Mapping[str, TargetLook], batch_id: int
+    ) -> dict[str, str]:
         """The Connect schemas the batch's records without one are read with, by source
         table (:mod:`lakehouse.dimension.connect_schemas`)."""
         texts: dict[str, str] = {}
-        for target in self.targets:
-            uri = target.table_uri
-            if delta.table_exists(uri):
-                start = connect_schemas.recorded(delta.get_properties(uri)).start(batch_id)
+        for uri, look in looks.items():
+            if look.exists:
+                start = connect_schemas.recorded(look.properties).start(batch_id)
                 texts.update(connect_schemas.load(uri, start))
         return texts
 
@@ -338,6 +336,7 @@ class BuildSink:
         decoded: DataFrame,
         signal_df: DataFrame | None,
         signals: _Signals,
+        looks: Mapping[str, TargetLook],
         batch_id: int,
         started: float,
         start_schemas: Mapping[str, str],
@@ -353,11 +352,13 @@ class BuildSink:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
-        plans = [
-            self._plan(decoded, target, changes, ddl_events, batch_id) for target in self.targets
+        planned = [
+            self._plan(decoded, target, looks[target.table_uri], changes, ddl_events, batch_id)
+            for target in self.targets
         ]
+        plans = [plan for plan, _ in planned]
         # each target's rows, computed once: for their statistics, then for the commit
-        rows = [None if p.rows is None else p.rows.persist() for p in plans]
+        rows = [None if f.rows is None else f.rows.persist() for _, f in planned]
         for frame in rows:
             if frame is not None:
                 cached.callback(frame.unpersist)
@@ -366,20 +367,27 @@ class BuildSink:
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
         dead_count = self._write_dead_letters(
-            decoded, signal_df, signals, plans, kinds.get("error", 0) + refused, batch_id
+            decoded,
+            signal_df,
+            signals,
+            [f.rejected for _, f in planned],
+            kinds.get("error", 0) + refused,
+            batch_id,
         )
         failpoint("ingest.after_dead_letters", batch_id)
 
         # Data offsets consumed once this batch is committed (signal topics left out).
-        priors = {t.table_uri: last_signal_state(t.table_uri) for t in self.targets}
-        planned = self.planned_offsets(batch_id) if self.planned_offsets is not None else None
-        planned = {t: p for t, p in (planned or {}).items() if t not in self.signal_topics}
-        positions = merge_offsets(*(s.positions for _, s in priors.values()), data_ends, planned)
+        offsets = self.planned_offsets(batch_id) if self.planned_offsets is not None else None
+        offsets = {t: p for t, p in (offsets or {}).items() if t not in self.signal_topics}
+        positions = merge_offsets(
+            *(look.signal_state.positions for look in looks.values()), data_ends, offsets
+        )
         probe = _once(self.offsets_probe)
         reports = []
         for plan, frame, stat in zip(plans, rows, stats, strict=True):
+            look = looks[plan.target.table_uri]
             decision = self._decide_signals(
-                plan.target, groups, signals, priors, positions, probe, batch_id
+                plan.target, look, groups, signals, positions, probe, batch_id
             )
             newest = connect_schemas.newest_in_batch(
                 [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)],
@@ -387,7 +395,9 @@ class BuildSink:
                 self._wire.marks(),
             )
             reports.append(
-                self._commit_target(plan, frame, stat, decision, batch_id, end_offsets, newest)
+                self._commit_target(
+                    plan, look, frame, stat, decision, batch_id, end_offsets, newest
+                )
             )
         _log_unrouted_ddl(ddl_events, plans, batch_id)
         return BatchReport(
@@ -410,31 +420,34 @@ class BuildSink:
         self,
         decoded: DataFrame,
         target: BuildTarget,
+        look: TargetLook,
         changes: list[dict[str, Any]],
         ddl_events: list[dict[str, Any]],
         batch_id: int,
-    ) -> TargetPlan:
+    ) -> tuple[TargetPlan, TargetFrames]:
         """The batch's rows for one target (:func:`plan_target`), under its open schema block."""
-        block = None
-        if delta.table_exists(target.table_uri):
-            block = open_block(delta.get_properties(target.table_uri))
+        block = open_block(look.properties) if look.exists else None
         if block is not None and block.batch_id >= batch_id:
             block = None  # the batch that met the block (a replay): decide as it did
-        mine = [r for r in changes if _routes(target, r)]
-        plan = plan_target(decoded, target, mine, batch_id, block=block)
-        plan.schema_changes = [
-            d
-            for d in ddl_events
-            if target.source_table is None or target.source_table in d["tables"]
-        ]
-        return plan
+        return plan_target(
+            decoded,
+            target,
+            look,
+            [r for r in changes if _routes(target, r)],
+            block=block,
+            schema_changes=[
+                d
+                for d in ddl_events
+                if target.source_table is None or target.source_table in d["tables"]
+            ],
+        )
 
     def _write_dead_letters(
         self,
         decoded: DataFrame,
         signal_df: DataFrame | None,
         signals: _Signals,
-        plans: Sequence[TargetPlan],
+        refused: Sequence[DataFrame | None],
         rejected_records: int,
         batch_id: int,
     ) -> int:
@@ -450,7 +463,7 @@ class BuildSink:
         rejected = [self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)]
         if signals.invalid and signal_df is not None:
             rejected.append(self._invalid_signals(signal_df, signals, batch_id))
-        rejected += [self._dead_letters(p.rejected, batch_id) for p in plans if p.rejected]
+        rejected += [self._dead_letters(frame, batch_id) for frame in refused if frame]
         dead = rejected[0]
         for extra in rejected[1:]:
             dead = dead.unionByName(extra)
@@ -462,9 +475,9 @@ class BuildSink:
     def _decide_signals(
         self,
         target: BuildTarget,
+        look: TargetLook,
         groups: list[dict[str, Any]],
         signals: _Signals,
-        priors: Mapping[str, tuple[int | None, SignalState]],
         positions: Offsets,
         probe: OffsetsProbe | None,
         batch_id: int,
@@ -493,13 +506,10 @@ class BuildSink:
             ),
         )
         uri = target.table_uri
-        props = delta.get_properties(uri) if delta.table_exists(uri) else {}
-        blob_version, blob = priors[uri]
-        if blob_version is not None and self._already_committed(target, batch_id):
-            blob = SignalState()  # this batch's own bookkeeping: the write is skipped
+        props = look.properties
         decision = decide(
             phase=phase_of(props),
-            prior=blob,
+            prior=look.prior_signal_state,
             batch=evidence,
             options=target.snapshot,
             source_table=target.source_table,
@@ -545,6 +555,7 @@ class BuildSink:
     def _commit_target(
         self,
         plan: TargetPlan,
+        look: TargetLook,
         rows: DataFrame | None,
         stats: RowStats,
         decision: Decision,
@@ -552,7 +563,7 @@ class BuildSink:
         end_offsets: Mapping[str, Mapping[str, int]],
         newest_schemas: Mapping[str, str],
     ) -> TargetReport:
-        """Read the table once, decide its commit (:func:`plan_commit`), write it, then set
+        """Decide the table's commit from its look (:func:`plan_commit`), write it, then set
         the marker when the decision fired and the data is committed. ``rows``: the table's
         rows of this batch (persisted), ``stats`` what they hold; ``newest_schemas``: the
         newest Connect schema text per source table the batch's records brought."""
@@ -560,7 +571,6 @@ class BuildSink:
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
         # source) exists, and snapshot-status says what it waits for
-        look = self._look_at(plan.target, batch_id)
         # the schema files first (content-addressed: a replay writes none); the property
         # naming them is part of the commit plan
         hashes = connect_schemas.store(uri, newest_schemas) if newest_schemas else {}
@@ -611,19 +621,6 @@ class BuildSink:
             schema_block=None if block is None else block.describe(commit.blocked_so_far),
             schema_blocked_now=commit.starts_block and not result.skipped,
             schema_changes=len(plan.schema_changes),
-        )
-
-    def _look_at(self, target: BuildTarget, batch_id: int) -> TargetLook:
-        """One look at a build table: its properties and what its recent commits record."""
-        uri = target.table_uri
-        snap = delta.snapshot(uri)
-        if not snap.exists:
-            return NO_TABLE
-        return TargetLook.from_history(
-            version=snap.version,
-            properties=snap.properties,
-            replay=self._already_committed(target, batch_id),
-            metadata=(c.metadata for c in snap.commits(HISTORY_LIMIT)),
         )
 
     def _write_target(
@@ -785,7 +782,7 @@ def _row_stats(rows: DataFrame | None) -> RowStats:
         return RowStats()
     from pyspark.sql import functions as F
 
-    agg = rows.agg(F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).first()
+    agg = rows.agg(F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).collect()[0]
     biggest = agg["m"]
     return RowStats(
         count=int(agg["n"]),

@@ -8,13 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakehouse.dimension.commit import (
-    NO_TABLE,
-    RowStats,
-    TargetLook,
-    build_watermark,
-    plan_commit,
-)
+from lakehouse.dimension.commit import RowStats, build_watermark, plan_commit
 from lakehouse.dimension.layout import (
     META_BATCH_ID,
     META_END_OFFSETS,
@@ -32,6 +26,7 @@ from lakehouse.dimension.layout import (
     PROP_SNAPSHOT_STATE,
     PROP_SOURCE_TABLE,
 )
+from lakehouse.dimension.look import NO_TABLE, TargetLook
 from lakehouse.dimension.plan import BlockEvidence, TargetPlan
 from lakehouse.dimension.schema_block import SchemaBlock
 from lakehouse.dimension.signals import (
@@ -50,8 +45,7 @@ TIMES = st.none() | st.integers(0, 10**13)
 
 
 def _plan(**kw) -> TargetPlan:
-    base = dict(target=TARGET, key_columns=("currency",), rows=None, rejected=None)
-    return TargetPlan(**{**base, "rejected_count": 0, **kw})
+    return TargetPlan(**{"target": TARGET, "key_columns": ("currency",), **kw})
 
 
 def _look(**kw) -> TargetLook:
