@@ -81,7 +81,7 @@ def make_demo_data(
         c: Decimal(rng.uniform(0.05, 2.0)).quantize(Decimal("0.0001")) for c in MAJORS + EXOTICS
     }
 
-    def rec(message) -> Record:  # noqa: ANN001 - a lakehouse.testing Message
+    def rec(message: Any) -> Record:  # a lakehouse.testing Message
         key = message.key_bytes()
         return (key, message.value_bytes(), _partition(key, cdc_partitions))
 

@@ -173,7 +173,7 @@ class DemoDatabase:
                     message.value(),
                     topic=NOTIFICATION_TOPIC,
                     partition=0,
-                    offset=message.offset(),
+                    offset=message.offset() or 0,  # a polled record has its offset
                     kafka_ts_ms=message.timestamp()[1],
                 )
                 if note is not None and note.aggregate_type == "Initial Snapshot":

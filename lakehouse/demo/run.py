@@ -17,32 +17,38 @@
    stops the queries, runs the quality report on both joins, and prints a summary.
 
 Everything goes under one output directory, which is cleared first, so the demo can run again.
+The feeds are in :mod:`lakehouse.demo.feeds`, what the demo shows while it runs in
+:mod:`lakehouse.demo.progress`.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from lakehouse.demo.data import (
-    ORDER_SCHEMA,
-    DatabaseDemo,
-    DemoData,
-    Record,
-    make_database_demo,
-    make_demo_data,
-    order_record,
+from lakehouse.demo.data import ORDER_SCHEMA, DemoData, make_database_demo, make_demo_data
+from lakehouse.demo.feeds import (
+    CDC_TOPIC,
+    ORDERS_TOPIC,
+    DatabaseFeed,
+    Feed,
+    GeneratedFeed,
+    Producer,
+)
+from lakehouse.demo.progress import (
+    Display,
+    Stats,
+    lag,
+    on_ingest,
+    on_join,
+    settle,
+    wait_for_wave,
 )
 from lakehouse.dimension.layout import (
     PROP_SNAPSHOT_COMPLETE,
@@ -51,228 +57,10 @@ from lakehouse.dimension.layout import (
     PROP_SNAPSHOT_SIGNAL,
 )
 
-if TYPE_CHECKING:
-    from lakehouse.demo.database import DemoDatabase
-
 Source = Literal["kafka", "files", "postgres"]
 
-CDC_TOPIC = "dbserver1.public.rates"
-ORDERS_TOPIC = "orders"
 TRIGGER = "2 seconds"
 IDLE_TIMEOUT_MS = 8_000
-SETTLE_TIMEOUT_S = 240
-#: How long a wave waits for the pipelines to take it in before the demo goes on.
-WAVE_TIMEOUT_S = 120
-
-
-@dataclass
-class _Stats:
-    """Counters updated by the pipelines' batch callbacks (Spark's callback thread)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    ingest_records: int = 0
-    ingest_batches: int = 0
-    versions: int = 0
-    dead_lettered: int = 0
-    tombstones: int = 0
-    marker: str = "loading"
-    build_watermark: str = "MIN"
-    joins: dict[str, dict[str, Any]] = field(default_factory=dict)
-    log: list[str] = field(default_factory=list)
-
-    def join_stats(self, name: str) -> dict[str, Any]:
-        return self.joins.setdefault(
-            name,
-            {
-                "batches": 0,
-                "arrived": 0,
-                "released": 0,
-                "matched": 0,
-                "pending": 0,
-                "watermark": "MIN",
-                "dead": 0,
-                "build_idle": False,
-                "first_release_batch": None,
-            },
-        )
-
-    def took_in(self, orders: int, cdc: int | None) -> bool:
-        """Both joins have taken in ``orders`` orders (joined, pending or dead-lettered) and
-        the ingest ``cdc`` records (None: not asked). Call with :attr:`lock` held."""
-        joins = (self.join_stats("rowtime"), self.join_stats("proctime"))
-        return all(s["arrived"] + s["dead"] >= orders for s in joins) and (
-            cdc is None or self.ingest_records >= cdc
-        )
-
-
-class _Producer:
-    """Sends waves to Kafka topics or to JSON-lines directories (envelope format, which keeps
-    partitions and offsets, so both modes feed the pipelines the same records)."""
-
-    def __init__(self, source: Literal["kafka", "files"], out: Path, bootstrap: str | None) -> None:
-        self.source, self.out, self.bootstrap = source, out, bootstrap
-        self.offsets: dict[tuple[str, int], int] = {}
-        self.wave = 0
-
-    def setup(self, partitions: dict[str, int]) -> None:
-        """Create the topics (``{topic: partitions}``), or their directories."""
-        for topic, count in partitions.items():
-            if self.source == "kafka":
-                from lakehouse.sources.kafka_admin import create_topic
-
-                assert self.bootstrap is not None
-                create_topic(self.bootstrap, topic, count)
-            else:
-                (self.out / "input" / topic).mkdir(parents=True)
-
-    def send(self, topic: str, records: list[Record]) -> None:
-        # partition by partition, highest first: records of different partitions arrive out
-        # of order (the order within a partition is kept, as Kafka guarantees)
-        ordered = sorted(records, key=lambda r: -r[2])
-        if self.source == "kafka":
-            from lakehouse.sources.kafka_admin import produce
-
-            assert self.bootstrap is not None
-            produce(self.bootstrap, topic, ordered)
-            return
-        lines = []
-        for key, value, partition in ordered:
-            offset = self.offsets.get((topic, partition), 0)
-            self.offsets[(topic, partition)] = offset + 1
-            lines.append(
-                json.dumps(
-                    {
-                        "key": None if key is None else key.decode(),
-                        "value": None if value is None else value.decode(errors="replace"),
-                        "partition": partition,
-                        "offset": offset,
-                        "timestamp": int(time.time() * 1000),
-                    }
-                )
-            )
-        target = self.out / "input" / topic / f"wave-{self.wave:04d}.jsonl"
-        tmp = target.with_name("." + target.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        tmp.rename(target)  # files appear complete, as the files source requires
-
-
-class _Feed:
-    """What feeds the pipelines, wave by wave, from its input (``data``)."""
-
-    #: The wave after whose pause the ingest starts (-1: before the first).
-    ingest_starts_after = -1
-    data: DemoData | DatabaseDemo
-
-    @property
-    def cdc_count(self) -> int:
-        """The CDC records the ingest should see in all (changes and tombstones)."""
-        return self.data.cdc_count
-
-    @property
-    def order_count(self) -> int:
-        """The orders in all waves."""
-        return self.data.order_count
-
-    @property
-    def waves(self) -> int:
-        """How many waves there are."""
-        return len(self.data.waves)
-
-    def setup(self) -> None:
-        """Create the topics (or directories), before the pipelines start."""
-        raise NotImplementedError
-
-    def send(self, wave: int) -> str:
-        """Send wave ``wave``; returns what was sent, for the log."""
-        raise NotImplementedError
-
-    def orders_until(self, wave: int) -> int:
-        """The orders the waves up to ``wave`` sent."""
-        return sum(len(self.data.waves[w].orders) for w in range(wave + 1))
-
-    def cdc_until(self, wave: int) -> int | None:
-        """The CDC records the waves up to ``wave`` sent (None: Debezium decides how many)."""
-        return None
-
-    def close(self) -> None:
-        """Stop sending (before the pipelines stop)."""
-
-
-class _GeneratedFeed(_Feed):
-    """Generated Debezium records and orders, to Kafka or to files."""
-
-    def __init__(self, producer: _Producer, data: DemoData) -> None:
-        self.producer, self.data = producer, data
-
-    def setup(self) -> None:
-        self.producer.setup(
-            {CDC_TOPIC: self.data.cdc_partitions, ORDERS_TOPIC: self.data.order_partitions}
-        )
-
-    def cdc_until(self, wave: int) -> int | None:
-        return sum(len(self.data.waves[w].cdc) for w in range(wave + 1))
-
-    def send(self, wave: int) -> str:
-        records = self.data.waves[wave]
-        self.producer.wave = wave
-        self.producer.send(CDC_TOPIC, records.cdc)
-        self.producer.send(ORDERS_TOPIC, records.orders)
-        return f"wave {wave}: sent {len(records.cdc)} CDC records, {len(records.orders)} orders"
-
-
-class _DatabaseFeed(_Feed):
-    """Transactions committed to PostgreSQL (Debezium sends them to Kafka) and orders stamped
-    with the wall clock. Wave 0 starts the connector, waits until Debezium has read its
-    snapshot, and sends the first orders; the ingest starts after that wave's pause, so the
-    joins hold those orders until its marker is set (a snapshot of 24 rows is loaded too
-    fast to be seen half-loaded otherwise)."""
-
-    ingest_starts_after = 0
-
-    def __init__(self, producer: _Producer, database: DemoDatabase, data: DatabaseDemo) -> None:
-        self.producer, self.database, self.data = producer, database, data
-
-    def close(self) -> None:
-        # no more heartbeats: the ingest goes idle, and stops between batches
-        if self.database.worker is not None:
-            self.database.worker.stop()
-
-    def setup(self) -> None:
-        from lakehouse.demo import database as db
-
-        # the ingest reads the connector's topics from its start, before the connector runs
-        self.producer.setup(
-            {
-                CDC_TOPIC: 1,
-                db.NOTIFICATION_TOPIC: 1,
-                db.HEARTBEAT_TOPIC: 1,
-                ORDERS_TOPIC: self.data.order_partitions,
-            }
-        )
-
-    def send(self, wave: int) -> str:
-        records = self.data.waves[wave]
-        done = ""
-        if wave == 0:
-            worker = self.database.start_connector()
-            took = self.database.wait_snapshot_read()
-            done = (
-                f"Debezium (Kafka Connect pid {worker.pid}) read the snapshot of "
-                f"{len(self.data.rates)} rows in {took:.1f} s; "
-            )
-        else:
-            self.database.apply(records.transactions)
-            changes = sum(len(t) for t in records.transactions)
-            done = f"committed {len(records.transactions)} transactions ({changes} changes); "
-        now_ms = int(time.time() * 1000)
-        self.producer.send(
-            ORDERS_TOPIC,
-            [
-                order_record(o, now_ms - lag, self.data.order_partitions)
-                for o, lag in records.orders
-            ],
-        )
-        return f"wave {wave}: {done}sent {len(records.orders)} orders"
 
 
 def _config(out: Path, source: Source, bootstrap: str | None) -> dict[str, Any]:
@@ -374,7 +162,7 @@ def run_demo(
             source,
             output,
             None,
-            _GeneratedFeed(_Producer(source, output, None), data),
+            GeneratedFeed(Producer(source, output, None), data),
             console,
             started,
         )
@@ -391,11 +179,11 @@ def run_demo(
             f"its log: {broker.log_path}",
             soft_wrap=True,
         )
-        producer = _Producer("kafka", output, broker.bootstrap)
+        producer = Producer("kafka", output, broker.bootstrap)
         if source == "kafka":
             data = make_demo_data(orders=orders)
             _describe(data, console)
-            feed: _Feed = _GeneratedFeed(producer, data)
+            feed: Feed = GeneratedFeed(producer, data)
             return _run(source, output, broker.bootstrap, feed, console, started)
         return _run_postgres(output, broker.bootstrap, producer, orders, console, started)
 
@@ -409,7 +197,7 @@ def _describe(data: DemoData, console: Console) -> None:
 
 
 def _run_postgres(
-    out: Path, bootstrap: str, producer: _Producer, orders: int, console: Console, started: float
+    out: Path, bootstrap: str, producer: Producer, orders: int, console: Console, started: float
 ) -> int:
     from lakehouse.demo import database as db
 
@@ -434,7 +222,7 @@ def _run_postgres(
             soft_wrap=True,
         )
         return _run(
-            "postgres", out, bootstrap, _DatabaseFeed(producer, database, data), console, started
+            "postgres", out, bootstrap, DatabaseFeed(producer, database, data), console, started
         )
 
 
@@ -442,7 +230,7 @@ def _run(
     source: Source,
     out: Path,
     bootstrap: str | None,
-    feed: _Feed,
+    feed: Feed,
     console: Console,
     started: float,
 ) -> int:
@@ -463,36 +251,37 @@ def _run(
     feed.setup()
     console.print("  starting Spark ...")
     spark = get_spark(app_name="lakehouse-demo", conf=cfg["spark"]["conf"])
-    stats = _Stats()
+    stats = Stats()
 
     def start_ingesting() -> None:
-        queries.insert(0, start_ingest(spark, ingest_settings, on_batch=_on_ingest(stats)))
+        queries.insert(0, start_ingest(spark, ingest_settings, on_batch=on_ingest(stats)))
 
     queries = [
-        start_join(spark, row_settings, on_batch=_on_join(stats, "rowtime")),
-        start_join(spark, proc_settings, on_batch=_on_join(stats, "proctime")),
+        start_join(spark, row_settings, on_batch=on_join(stats, "rowtime")),
+        start_join(spark, proc_settings, on_batch=on_join(stats, "proctime")),
     ]
     try:
         if feed.ingest_starts_after < 0:
             start_ingesting()
-        with _Display(console, stats) as display:
+        with Display(console, stats) as display:
             for i in range(feed.waves):
                 sent = feed.send(i)
                 with stats.lock:
                     stats.log.append(sent)
-                _wait_for_wave(display, stats, feed, i, ingesting=i > feed.ingest_starts_after)
+                wait_for_wave(display, stats, feed, i, ingesting=i > feed.ingest_starts_after)
                 if i == feed.ingest_starts_after:
                     with stats.lock:
                         stats.log.append("the ingest starts")
                     start_ingesting()
-            _settle(display, stats, feed, queries)
+            settle(display, stats, feed, queries)
         console.print()
     finally:
         feed.close()
         _stop_between_batches(queries)
     for q in queries:
-        if q.exception() is not None:
-            raise q.exception()
+        error = q.exception()
+        if error is not None:
+            raise error
     _end_input(spark, cfg, stats, console)
     return _finish(spark, cfg, stats, feed, out, console, started)
 
@@ -508,7 +297,7 @@ def _stop_between_batches(queries: list[Any], timeout_s: float = 15.0) -> None:
         q.stop()
 
 
-def _end_input(spark: Any, cfg: dict[str, Any], stats: _Stats, console: Console) -> None:
+def _end_input(spark: Any, cfg: dict[str, Any], stats: Stats, console: Console) -> None:
     """The producers are done: end the row-time join's input, as ``lakehouse join
     --until-complete`` does, so the orders after its last watermark are released too (the
     rates table is idle by now: the end releases every waiting order, each joined as of its
@@ -524,221 +313,18 @@ def _end_input(spark: Any, cfg: dict[str, Any], stats: _Stats, console: Console)
             "join": {**cfg["rowtime"], "trigger": "available-now", "until_complete": True},
         }
     )
-    query = start_join(spark, ending, on_batch=_on_join(stats, "rowtime"))
+    query = start_join(spark, ending, on_batch=on_join(stats, "rowtime"))
     query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
-
-
-def _on_ingest(stats: _Stats) -> Callable[[Any], None]:
-    def on_batch(report: Any) -> None:
-        from lakehouse.progress import watermark_text
-
-        with stats.lock:
-            stats.ingest_batches += int(not report.skipped)
-            stats.ingest_records += report.records
-            stats.dead_lettered += report.dead_lettered
-            stats.tombstones += report.tombstones
-            for t in report.targets:
-                stats.versions += t.rows
-                stats.build_watermark = watermark_text(t.watermark_ms)
-                if t.marker_set_now:
-                    stats.marker = f"set in batch {report.batch_id}"
-                    stats.log.append(
-                        f"ingest batch {report.batch_id}: snapshot complete, marker set"
-                    )
-
-    return on_batch
-
-
-def _on_join(stats: _Stats, name: str) -> Callable[[Any], None]:
-    def on_batch(report: Any) -> None:
-        with stats.lock:
-            s = stats.join_stats(name)
-            s["batches"] += int(report.committed)
-            s["arrived"] += report.arrived
-            s["released"] += report.released
-            s["matched"] += report.matched
-            s["dead"] += report.dead_lettered
-            s["pending"] = report.pending
-            if report.plan is not None:
-                s["watermark"] = str(report.plan.combined)
-                s["probe_max"] = report.plan.probe_max_ts_ms
-                s["wm_ms"] = (
-                    None
-                    if report.plan.combined.use_processing_time
-                    else report.plan.combined.timestamp
-                )
-                s["build_idle"] = report.plan.build_status.name == "IDLE"
-            if report.released and s["first_release_batch"] is None:
-                s["first_release_batch"] = report.batch_id
-                stats.log.append(
-                    f"{name} join batch {report.batch_id}: first release ({report.released} rows)"
-                )
-
-    return on_batch
-
-
-def _render(stats: _Stats, phase: str) -> Group:
-    """The live view: counts in a table narrow enough for 80 columns, then one line per
-    pipeline for its watermark and marker (long values wrap instead of being cut), then the
-    latest events."""
-    with stats.lock:
-        table = Table(
-            "",
-            "batches",
-            "in",
-            "out",
-            "matched",
-            "pending",
-            "dead",
-            title=f"demo — {phase}",
-            title_justify="left",
-            caption="batches: the ones that wrote (as the quality report counts them); "
-            "out: build versions (ingest) or released rows (joins)",
-            caption_justify="left",
-        )
-        table.add_row(
-            "ingest",
-            str(stats.ingest_batches),
-            str(stats.ingest_records),
-            str(stats.versions),
-            "",
-            "",
-            str(stats.dead_lettered),
-        )
-        lines = [
-            f"ingest: build watermark {stats.build_watermark}, snapshot {stats.marker}",
-        ]
-        for name in ("rowtime", "proctime"):
-            s = stats.join_stats(name)
-            table.add_row(
-                name,
-                str(s["batches"]),
-                str(s["arrived"]),
-                str(s["released"]),
-                str(s["matched"]),
-                str(s["pending"]),
-                str(s["dead"]),
-            )
-            lines.append(
-                f"{name}: watermark {s['watermark']}" + (" (build idle)" if s["build_idle"] else "")
-            )
-        log = "\n".join(stats.log[-6:])
-    return Group(table, Text("\n".join(lines)), Text(log, style="dim"))
-
-
-class _Display:
-    """Where the demo shows its progress: a live view on a terminal; on anything else (a
-    file, a CI log, a pipe), plain lines: each event once, and the counts when they change,
-    at most every few seconds, never a redrawn screen."""
-
-    PLAIN_EVERY_S = 5.0
-
-    def __init__(self, console: Console, stats: _Stats) -> None:
-        self.console = console
-        self.stats = stats
-        self.live: Live | None = None
-        self._logged = 0
-        self._last_line = ""
-        self._last_at = 0.0
-
-    def __enter__(self) -> _Display:
-        if self.console.is_terminal:
-            self.live = Live(
-                _render(self.stats, "starting"),
-                console=self.console,
-                refresh_per_second=2,
-                transient=False,
-            )
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-        else:
-            self.update("done", force=True)
-
-    def update(self, phase: str, *, force: bool = False) -> None:
-        if self.live is not None:
-            self.live.update(_render(self.stats, phase))
-            return
-        with self.stats.lock:
-            events = self.stats.log[self._logged :]
-            self._logged = len(self.stats.log)
-            row, proc = self.stats.join_stats("rowtime"), self.stats.join_stats("proctime")
-            counts = (
-                f"ingest {self.stats.ingest_records} records -> "
-                f"{self.stats.versions} versions; rowtime {row['released']} released, "
-                f"{row['pending']} pending; proctime {proc['released']} released, "
-                f"{proc['pending']} pending"
-            )
-        for event in events:
-            self.console.print(event, soft_wrap=True, highlight=False)
-        now = time.monotonic()
-        # the counts when they changed (a log is read later: no line per unchanged tick)
-        if force or (counts != self._last_line and now - self._last_at >= self.PLAIN_EVERY_S):
-            self.console.print(f"{phase}: {counts}", soft_wrap=True, highlight=False)
-            self._last_line, self._last_at = counts, now
-
-
-def _wait_for_wave(
-    display: _Display, stats: _Stats, feed: _Feed, wave: int, *, ingesting: bool
-) -> None:
-    """Go on once the pipelines have taken in what the waves so far sent: both joins every
-    order, and a running ingest every CDC record (when the feed knows how many), so that the
-    story follows the pipelines' progress, however fast the machine. A wave's orders reach
-    the joins before the next wave's CDC records exist, so the first ones wait on a half
-    snapshot. After :data:`WAVE_TIMEOUT_S` it goes on and says so."""
-    orders, cdc = feed.orders_until(wave), feed.cdc_until(wave)
-    phase = f"wave {wave + 1}/{feed.waves}"
-    deadline = time.monotonic() + WAVE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        display.update(phase)
-        with stats.lock:
-            if stats.took_in(orders, cdc if ingesting else None):
-                return
-        time.sleep(0.5)
-    with stats.lock:
-        stats.log.append(f"{phase}: went on after {WAVE_TIMEOUT_S} s, the pipelines behind")
-
-
-def _settle(display: _Display, stats: _Stats, feed: _Feed, queries: list[Any]) -> None:
-    """Wait until everything produced was ingested and joined, and the joins are quiet."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    quiet_since: float | None = None
-    last: tuple[Any, ...] | None = None
-    while time.monotonic() < deadline:
-        for q in queries:
-            if q.exception() is not None:
-                return
-        with stats.lock:
-            row, proc = stats.join_stats("rowtime"), stats.join_stats("proctime")
-            done = (
-                stats.took_in(feed.order_count, feed.cdc_count)
-                and proc["pending"] == 0
-                and row["build_idle"]
-            )
-            state = (row["released"], row["pending"], proc["released"])
-        if done and state == last:
-            quiet_since = quiet_since or time.monotonic()
-            if time.monotonic() - quiet_since > 6:
-                return
-        else:
-            quiet_since = None
-        last = state
-        display.update("settling: waiting for the joins to release")
-        time.sleep(0.5)
-    with stats.lock:
-        stats.log.append(f"stopped after {SETTLE_TIMEOUT_S} s of settling")
+    error = query.exception()
+    if error is not None:
+        raise error
 
 
 def _finish(
     spark: Any,
     cfg: dict[str, Any],
-    stats: _Stats,
-    feed: _Feed,
+    stats: Stats,
+    feed: Feed,
     out: Path,
     console: Console,
     started: float,
@@ -785,7 +371,7 @@ def _finish(
         )
         summary.add_row(f"{name}: batches written", str(s["batches"]))
         summary.add_row(f"{name}: first release in batch", str(s["first_release_batch"]))
-        summary.add_row(f"{name}: watermark (lag behind the newest order)", _lag(s))
+        summary.add_row(f"{name}: watermark (lag behind the newest order)", lag(s))
         u = reports[name].unmatched
         summary.add_row(
             f"{name}: quality",
@@ -816,13 +402,6 @@ def _finish(
         highlight=False,
     )
     return 0 if all(r.success for r in reports.values()) else 1
-
-
-def _lag(s: dict[str, Any]) -> str:
-    """The combined watermark, and how far it trails the newest order's event time."""
-    if s.get("wm_ms") is None or s.get("probe_max") is None:
-        return f"{s['watermark']} (releases every row)"
-    return f"{s['watermark']} ({(s['probe_max'] - s['wm_ms']) / 1000:.1f} s)"
 
 
 def _toml(cfg: dict[str, Any]) -> str:
