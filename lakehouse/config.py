@@ -49,7 +49,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -63,6 +63,8 @@ ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
 Source = Literal["kafka", "files"]
 FileFormat = Literal["lines", "envelope"]
+LogFormat = Literal["text", "json"]
+SnapshotSignal = Literal["notification", "heartbeat", "last", "log_record"]
 
 
 class _Model(BaseModel):
@@ -195,8 +197,8 @@ class IngestTableConfig(_Model):
     """
     heartbeat_topic: str | None = None
     """Debezium heartbeat topic (`__debezium-heartbeat.<topic.prefix>`). Kafka only."""
-    snapshot_signals: list[Literal["notification", "heartbeat", "last", "log_record"]] = Field(
-        default_factory=lambda: ["notification", "heartbeat", "last", "log_record"]
+    snapshot_signals: list[SnapshotSignal] = Field(
+        default_factory=lambda: list(get_args(SnapshotSignal))
     )
     """Which signals may set the snapshot marker: `notification`, `heartbeat`, `last`,
     `log_record` (a topic signal without its topic is inactive).
@@ -331,7 +333,7 @@ class MonitoringConfig(_Model):
     """
     metrics_host: str = "127.0.0.1"
     """The address the metrics endpoint listens on; `0.0.0.0` lets other hosts scrape it."""
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
     """`text`: one line per batch for people; `json`: one JSON object per batch, notice and
     error on stderr, for log pipelines.
     """

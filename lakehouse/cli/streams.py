@@ -34,6 +34,7 @@ from lakehouse.config import (
     IngestTableConfig,
     JoinConfig,
     KafkaConfig,
+    LogFormat,
     MonitoringConfig,
     Source,
     Trigger,
@@ -65,7 +66,7 @@ MetricsPortOpt = Annotated[
     int | None, typer.Option(help=setting_help(MonitoringConfig, "metrics_port"))
 ]
 LogFormatOpt = Annotated[
-    str | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
+    LogFormat | None, typer.Option(help=setting_help(MonitoringConfig, "log_format"))
 ]
 
 
@@ -162,6 +163,7 @@ def ingest(
             "monitoring": flag_overrides(metrics_port=metrics_port, log_format=log_format),
         },
     )
+    assert settings.ingest is not None  # the flags' overrides make the section
     set_log_format(settings.monitoring.log_format)
     require_source(settings, "ingest")
     refuse_if_written(settings, "ingest", take_over)
@@ -356,6 +358,7 @@ def join(
             "monitoring": flag_overrides(metrics_port=metrics_port, log_format=log_format),
         },
     )
+    assert settings.join is not None  # the flags' overrides make the section
     set_log_format(settings.monitoring.log_format)
     require_source(settings, "join")
     require_build_table(settings.join.build_table, wait=wait_for_build)
@@ -374,7 +377,8 @@ def _run_join(
 ) -> None:
     from lakehouse.runner import start_join
 
-    assert settings.join is not None
+    join = settings.join
+    assert join is not None
     plans: list[ReleasePlan] = []
     all_dead: list[JoinBatchReport] = []
 
@@ -387,18 +391,18 @@ def _run_join(
             say(
                 f"  [bold yellow]warning: every probe record of batch {report.batch_id} "
                 f"({report.malformed}) was dead-lettered[/], e.g. {report.malformed_example}; "
-                f"they are in {settings.join.dead_letter_table}",
+                f"they are in {join.dead_letter_table}",
                 event="warning",
             )
 
     query = start_join(
         spark,
         settings,
-        on_batch=with_schema_block_notice(on_batch, settings.join.build_table),
+        on_batch=with_schema_block_notice(on_batch, join.build_table),
         take_over=take_over,
         on_notice=notice,
     )
-    cfg = settings.join
+    cfg = join
     say(
         f"join [bold]{cfg.pipeline_id}[/] running ({cfg.mode}, {cfg.trigger}"
         f"{', until complete' if cfg.until_complete else ''}); checkpoint {cfg.checkpoint}",
