@@ -64,8 +64,9 @@ test: $(STAMP) $(STAMP40) $(JVM_STAMP) lint docs
 lint: $(STAMP)
 	$(PY) -m ruff check lakehouse pipelines tests bench soak docs/hooks
 	$(PY) -m ruff format --check lakehouse pipelines tests bench soak docs/hooks
+	$(PY) -m mypy
 
-# The fast loop (no Spark, no servers, no JVM artifacts): lint, the docs site, the unit tests
+# The fast loop (no Spark, no servers, no JVM artifacts): lint and types, the docs site, the unit tests
 # (tests/unit is Spark-free; tests/conftest.py refuses a unit test that asks for Spark) and the
 # library's doctests
 check: $(STAMP) lint docs

@@ -477,7 +477,7 @@ def plan_repair(
                 "Spark runs the batch again; tables holding it skip it",
                 table=False,
             )
-        elif d.kind == "offsets":
+        elif d.kind == "offsets" and d.number is not None:
             holders = [t for t in tables if (_recorded_batch(t, pipeline_id) or -1) >= d.number]
             if d.number != newest:
                 unrepairable.append(

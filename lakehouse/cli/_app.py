@@ -162,13 +162,14 @@ def _lakehouse_cause(e: BaseException) -> str | None:
     """The message of a lakehouse error raised inside a streaming query (Spark wraps it)."""
     # usage errors of the CLI itself (typer vendors click: duck-type its exceptions); a bad
     # value of a flag is one line, as a bad setting is
-    if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+    code = getattr(e, "exit_code", None)
+    if hasattr(e, "show") and isinstance(code, int):
         if hasattr(e, "param_hint") and hasattr(e, "format_message"):
             message = e.format_message().replace("Value error, ", "")
             error_line(message[:1].lower() + message[1:])
         else:
             e.show()
-        sys.exit(e.exit_code)
+        sys.exit(code)
     # any lakehouse error class, as the Python worker's traceback names it
     found = re.search(r"lakehouse\.errors\.[A-Za-z]+Error: (.*)", str(e))
     return found.group(1) if found else None

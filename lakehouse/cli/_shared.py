@@ -182,8 +182,9 @@ def run_query(query: SupervisedQuery, what: Job, *, bounded: bool) -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if query.exception() is not None:
-        raise query.exception()
+    error = query.exception()
+    if error is not None:
+        raise error
     from lakehouse.lease import lost
 
     if lost() is not None:  # stopped because another job took its tables over

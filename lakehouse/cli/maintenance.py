@@ -13,6 +13,7 @@ from lakehouse.cli._shared import (
     spark_for,
 )
 from lakehouse.errors import ConfigError
+from lakehouse.jobs import Job
 from lakehouse.table_kinds import TableKind, check_kind, kind_of
 
 # ------------------------------------------------------------------- bounded state
@@ -241,7 +242,7 @@ def vacuum_command(
 
 @app.command("repair")
 def repair_command(
-    job: Annotated[str, typer.Argument(help="ingest or join: whose checkpoint and tables.")],
+    job: Annotated[Job, typer.Argument(help="Whose checkpoint and tables.")],
     config: ConfigOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run/--apply", help="Show the repair (default), or do it.")
@@ -256,8 +257,6 @@ def repair_command(
     from lakehouse.recovery import apply, plan_repair
     from lakehouse.runner import job_settings
 
-    if job not in ("ingest", "join"):
-        raise ConfigError(f"repair takes 'ingest' or 'join', got {job!r}", setting="job")
     settings = load_settings(config)
     cfg = job_settings(settings, job)
     if cfg is None:

@@ -54,7 +54,7 @@ def _class(spark: SparkSession, fqn: str) -> Any:
     construct one), without a lookup of its package."""
     from py4j.java_gateway import JavaClass
 
-    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    gateway: Any = spark.sparkContext._gateway
     with _lock:
         classes = _CLASSES.setdefault(gateway, {})
         cls = classes.get(fqn)
@@ -70,7 +70,7 @@ def _none(spark: SparkSession) -> Any:
 def delta_log(spark: SparkSession, uri: str) -> Any:
     """The engine's (cached, per-path) ``DeltaLog`` of the table at ``uri``."""
     return _class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
-        spark._jsparkSession,  # type: ignore[attr-defined]
+        spark._jsparkSession,
         uri,
     )
 

@@ -96,8 +96,8 @@ class TableSnapshot:
         spark: SparkSession,
         uri: str,
         *,
-        log: Any | None = None,
-        jsnapshot: Any | None = None,
+        log: Any = None,
+        jsnapshot: Any = None,
     ) -> None:
         self.spark = spark
         self.uri = uri

@@ -234,7 +234,10 @@ def _write(
     info = after.commit(after.version)
     before = snap.version if snap.exists else -1
     if compact_every is None:
-        compact_every = int(spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS)))
+        compact_every = int(
+            spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS))
+            or COMPACT_EVERY_VERSIONS
+        )
     if mode == "append" and _crossed(before, after.version, compact_every):
         try:
             compact_files(uri, spark=spark)

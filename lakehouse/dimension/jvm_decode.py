@@ -366,14 +366,14 @@ def _value_output(
     payload = F.col(f"_v{i}")["payload"]
     op = payload["op"]
     source = payload["source"] if envelope.source_fields else F.lit(None)
-    fields = envelope.source_fields
-    table = _source_table(source, fields)
-    snapshot, snapshot_ok = _snapshot(source, fields)
+    source_fields = envelope.source_fields
+    table = _source_table(source, source_fields)
+    snapshot, snapshot_ok = _snapshot(source, source_fields)
     event_time = F.coalesce(
-        _field(source, fields, "ts_ms", "long"),
+        _field(source, source_fields, "ts_ms", "long"),
         _field(payload, envelope.envelope_fields, "ts_ms", "long"),
     )
-    seq, seq_ok = _position(source, fields)
+    seq, seq_ok = _position(source, source_fields)
     row_op = op.isin("r", "c", "u")
     empty = F.lit("[]")
     if envelope.same_images and envelope.after is not None:
@@ -402,7 +402,7 @@ def _value_output(
     schema = F.when(table.isin(*same), F.lit("")).when(
         table.isNotNull(), F.lit(schema_mark(envelope.text))
     )
-    fields = {
+    fields: dict[str, Column] = {
         "_op": op,
         "_source_table": table,
         "_snapshot_phase": snapshot,

@@ -116,7 +116,7 @@ def _to_bool(values: ArrayLike) -> np.ndarray:
 def _strings(values: ArrayLike, rows: np.ndarray) -> np.ndarray:
     """``str`` of ``values[rows]`` as a numpy unicode array (only the rows asked for)."""
     if _is_arrow(values):
-        taken = values.take(rows).to_pylist()
+        taken = _combined(values).take(rows).to_pylist()
     else:
         taken = np.asarray(values, dtype=object)[rows]
     return np.asarray([str(x) for x in taken], dtype=str)

@@ -41,7 +41,7 @@ count and the rows evicted so far. The operator object holds nothing a replay de
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -642,7 +642,7 @@ class TemporalJoin:
         after: JoinState,
         look: _Look,
         *,
-        counts: dict[str, Any],
+        counts: Mapping[str, Any],
     ) -> None:
         # the plan goes with the dead letters: a replay that finds them but no output commit
         # must decide as this attempt did (module docstring, "Exactly once")

@@ -53,6 +53,12 @@ def probe_schema(options: JoinOptions) -> StructType:
             f"join setting 'probe_schema': cannot parse {options.probe_schema!r} as DDL: {e}",
             setting="probe_schema",
         ) from e
+    if not isinstance(schema, StructType):
+        raise ConfigError(
+            f"join setting 'probe_schema': {options.probe_schema!r} is one type, not a list of "
+            "columns; write it as 'name type, ...' (e.g. 'order_id string, amount double')",
+            setting="probe_schema",
+        )
     names = set(schema.fieldNames())
     for col in (*options.probe_key, options.probe_time, options.probe_id):
         if col is not None and col not in names:
@@ -160,7 +166,11 @@ def parse(
         if t_ms is None or wall_ms is None or options.max_future_ms is None
         else wall_ms + options.max_future_ms
     )
-    future = F.lit(False) if limit is None else F.coalesce(t_ms > F.lit(limit), F.lit(False))
+    future = (
+        F.lit(False)
+        if limit is None or t_ms is None
+        else F.coalesce(t_ms > F.lit(limit), F.lit(False))
+    )
     raw_time = F.col("_r")[time_col].cast("string") if time_col else F.lit(None)
     unit = options.probe_time_unit
 

@@ -129,7 +129,7 @@ def compaction_plan(df: DataFrame, key_columns: tuple[str, ...], horizon_ms: int
     last_truncate = (
         df.filter(old & truncate)
         .agg(F.max(F.struct(F.col(EVENT_TIME).alias("t"), seq.alias("s"))).alias("m"))
-        .first()["m"]
+        .collect()[0]["m"]
     )
     ended = F.lit(False)
     if last_truncate is not None:
@@ -245,7 +245,7 @@ def compact(
     step("deciding which versions to keep")
     plan = compaction_plan(df, keys, horizon_ms).persist()
     try:
-        counts: dict[str, Any] = {
+        counts: dict[str | None, Any] = {
             r["_drop"]: int(r["count"]) for r in plan.groupBy("_drop").count().collect()
         }
         rows_after = counts.get(None, 0)

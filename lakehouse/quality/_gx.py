@@ -324,14 +324,15 @@ class GxSession:
             outcomes = []
             for r in run.results:
                 info = r.exception_info or {}
+                kind = r.expectation_config.type if r.expectation_config is not None else "?"
                 if info.get("raised_exception"):
                     raise QualityError(
-                        f"suite '{suite.name}', {r.expectation_config.type}: Great Expectations "
+                        f"suite '{suite.name}', {kind}: Great Expectations "
                         f"could not evaluate it: {info.get('exception_message')}",
                         stage=stage,
                     )
-                as_json = r.to_json_dict()
-                result = as_json.get("result") or {}
+                as_json: dict[str, Any] = dict(r.to_json_dict())
+                result: dict[str, Any] = as_json.get("result") or {}
                 # the same summary whichever engine validated: without index columns pandas
                 # lists bare row numbers, which identify nothing (Spark lists none); over a
                 # domain no row is in (a row condition none meets) Spark counts None
@@ -342,7 +343,7 @@ class GxSession:
                     result["unexpected_count"] = 0
                 outcomes.append(
                     ExpectationOutcome(
-                        type=r.expectation_config.type,
+                        type=kind,
                         kwargs=as_json["expectation_config"]["kwargs"],
                         success=bool(r.success),
                         result=result,
@@ -379,8 +380,9 @@ class GxSession:
         """Put each result's asset description where the page renderer reads the "Data
         asset" (``meta.batch_spec.data_asset_name``): a dataframe batch has none."""
         store = self.context.validation_results_store
+        key: Any  # ValidationResultIdentifier
         for key in store.list_keys():
-            result = store.get(key)
+            result: Any = store.get(key)
             described = self._described.get(key.expectation_suite_identifier.name)
             spec = result.meta.get("batch_spec")
             if described is None or spec is None:

@@ -389,7 +389,7 @@ def _finish(df: DataFrame) -> DataFrame:
 
 
 def _explain_pending(
-    pending: DataFrame, *, ids: list[str], last_batch: LastBatch | None, position: list[str]
+    pending: DataFrame, *, ids: list[str], last_batch: LastBatch | None, position: Sequence[str]
 ) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType

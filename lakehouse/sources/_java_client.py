@@ -230,9 +230,9 @@ def java_client_properties(config: Mapping[str, str]) -> dict[str, str]:
             )
         out["ssl.truststore.type"] = "PEM"
         out["ssl.truststore.location"] = ca
-    cert, key = config.get("ssl.certificate.location"), config.get("ssl.key.location")
-    if cert is not None or key is not None:
-        if cert != key:
+    cert, pem_key = config.get("ssl.certificate.location"), config.get("ssl.key.location")
+    if cert is not None or pem_key is not None:
+        if cert != pem_key:
             missing = "ssl.certificate.location" if cert is None else "ssl.key.location"
             raise ConfigError(
                 "Kafka settings 'ssl.certificate.location' and 'ssl.key.location' must name "

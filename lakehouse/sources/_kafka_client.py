@@ -354,13 +354,13 @@ class KafkaMetadata:
                     TopicPartition(topic, partition), timeout=remaining, cached=False
                 )
             except KafkaException as e:
-                error = e.args[0] if e.args else None
-                known = isinstance(error, KafkaError)
-                leaderless = known and error.code() in _LEADERLESS_CODES
-                if (leaderless or (known and error.retriable())) and time.monotonic() < deadline:
+                error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                leaderless = error is not None and error.code() in _LEADERLESS_CODES
+                retriable = error is not None and error.retriable()
+                if (leaderless or retriable) and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
-                if leaderless:
+                if leaderless and error is not None:
                     raise SourceError(
                         f"partition {partition} of topic {topic!r} had no leader on Kafka at "
                         f"{self._config.get('bootstrap.servers')!r} for {self._timeout_ms} ms "

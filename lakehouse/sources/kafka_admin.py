@@ -76,8 +76,11 @@ def create_topic(
     while True:
         metadata = admin.list_topics(timeout=max(deadline - time.monotonic(), 0.1))
         described = metadata.topics.get(topic)
-        ready = described is not None and described.error is None
-        if ready and len(described.partitions) >= partitions:
+        if (
+            described is not None
+            and described.error is None
+            and len(described.partitions) >= partitions
+        ):
             return
         if time.monotonic() >= deadline:
             raise SourceError(
@@ -158,18 +161,26 @@ def produce(
             if error is not None:
                 failures.append(f"record {index}: {error.str()}")
             else:
-                results[index] = (int(message.partition()), int(message.offset()))
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # delivered: both known
+                results[index] = (partition, offset)
 
         return callback
 
     for index, (key, value, partition) in enumerate(records):
         results.append(None)
-        kwargs = {"partition": partition} if partition is not None else {}
         while True:
             try:
-                producer.produce(
-                    topic, value=value, key=key, on_delivery=on_delivery(index), **kwargs
-                )
+                if partition is None:  # the producer's partitioner chooses
+                    producer.produce(topic, value=value, key=key, on_delivery=on_delivery(index))
+                else:
+                    producer.produce(
+                        topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        on_delivery=on_delivery(index),
+                    )
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let deliveries drain

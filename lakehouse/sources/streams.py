@@ -95,6 +95,7 @@ def kafka_stream_options(
         ConfigError: as :func:`read_kafka_stream`.
     """
     names = topics.split(",") if isinstance(topics, str) else list(topics)
+    starting: str
     if isinstance(starting_offsets, str):
         starting = starting_offsets
     else:

@@ -162,7 +162,9 @@ def join_narrow(
         with warnings.catch_warnings():
             # pyspark prefers type hints to the explicit type; the lookup is a callable object
             warnings.filterwarnings("ignore", "It is preferred to specify type hints", UserWarning)
-            udf = F.arrow_udf(_NarrowLookup(narrow), result_type, ArrowUDFType.SCALAR_ITER)
+            udf = F.arrow_udf(  # type: ignore[call-overload]  # pyspark's overloads: functions
+                _NarrowLookup(narrow), result_type, ArrowUDFType.SCALAR_ITER
+            )
         joined = released.select(
             *[F.col(n) for n in probe_names],
             udf(*keys, F.col(PROBE_TIME_US)).alias("_asof"),
