@@ -16,6 +16,9 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from lakehouse.demo.feeds import Feed
+    from lakehouse.dimension.targets import BatchReport
+    from lakehouse.join.operator import JoinBatchReport
+    from lakehouse.runner import SupervisedQuery
 
 SETTLE_TIMEOUT_S = 240
 #: How long a wave waits for the pipelines to take it in before the demo goes on.
@@ -62,8 +65,8 @@ class Stats:
         )
 
 
-def on_ingest(stats: Stats) -> Callable[[Any], None]:
-    def on_batch(report: Any) -> None:
+def on_ingest(stats: Stats) -> Callable[[BatchReport], None]:
+    def on_batch(report: BatchReport) -> None:
         from lakehouse.progress import watermark_text
 
         with stats.lock:
@@ -83,8 +86,8 @@ def on_ingest(stats: Stats) -> Callable[[Any], None]:
     return on_batch
 
 
-def on_join(stats: Stats, name: str) -> Callable[[Any], None]:
-    def on_batch(report: Any) -> None:
+def on_join(stats: Stats, name: str) -> Callable[[JoinBatchReport], None]:
+    def on_batch(report: JoinBatchReport) -> None:
         with stats.lock:
             s = stats.join_stats(name)
             s["batches"] += int(report.committed)
@@ -236,7 +239,7 @@ def wait_for_wave(
         stats.log.append(f"{phase}: went on after {WAVE_TIMEOUT_S} s, the pipelines behind")
 
 
-def settle(display: Display, stats: Stats, feed: Feed, queries: list[Any]) -> None:
+def settle(display: Display, stats: Stats, feed: Feed, queries: list[SupervisedQuery]) -> None:
     """Wait until everything produced was ingested and joined, and the joins are quiet."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     quiet_since: float | None = None

@@ -27,7 +27,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -50,6 +50,12 @@ from lakehouse.demo.progress import (
     settle,
     wait_for_wave,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.runner import SupervisedQuery
+
 from lakehouse.dimension.layout import (
     PROP_SNAPSHOT_COMPLETE,
     PROP_SNAPSHOT_COMPLETED_AT,
@@ -286,7 +292,7 @@ def _run(
     return _finish(spark, cfg, stats, feed, out, console, started)
 
 
-def _stop_between_batches(queries: list[Any], timeout_s: float = 15.0) -> None:
+def _stop_between_batches(queries: list[SupervisedQuery], timeout_s: float = 15.0) -> None:
     """Stop each query when no batch of it is running (up to ``timeout_s``): a batch stopped
     midway is retried by the next run, correctly, but fills the screen with Spark's
     interruption traces."""
@@ -297,7 +303,7 @@ def _stop_between_batches(queries: list[Any], timeout_s: float = 15.0) -> None:
         q.stop()
 
 
-def _end_input(spark: Any, cfg: dict[str, Any], stats: Stats, console: Console) -> None:
+def _end_input(spark: SparkSession, cfg: dict[str, Any], stats: Stats, console: Console) -> None:
     """The producers are done: end the row-time join's input, as ``lakehouse join
     --until-complete`` does, so the orders after its last watermark are released too (the
     rates table is idle by now: the end releases every waiting order, each joined as of its
@@ -321,7 +327,7 @@ def _end_input(spark: Any, cfg: dict[str, Any], stats: Stats, console: Console) 
 
 
 def _finish(
-    spark: Any,
+    spark: SparkSession,
     cfg: dict[str, Any],
     stats: Stats,
     feed: Feed,
