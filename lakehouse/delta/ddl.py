@@ -22,6 +22,7 @@ from lakehouse.delta.log import (
 )
 from lakehouse.delta.scan import read
 from lakehouse.delta.schema import check_compatible, first_inexact
+from lakehouse.delta.types import widened
 from lakehouse.errors import (
     SchemaMismatchError,
 )
@@ -195,8 +196,6 @@ def widen_columns(
             beyond 2^53 into ``double``); the message names the column and the value.
     """
     from pyspark.sql import functions as F
-
-    from lakehouse.delta.types import widened
 
     spark = _session(spark)
     snap = snapshot(uri, spark=spark).require()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.delta import _engine
 from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import _quote, _sql_metadata
 from lakehouse.delta.log import _after_write, _first_line, _session, snapshot
@@ -170,7 +171,6 @@ def _relative(path: str, base: str) -> str:
 def oldest_readable_version(uri: str, *, spark: SparkSession | None = None) -> int:
     """The oldest version Delta can still time-travel to (older commits are gone after
     ``delta.logRetentionDuration`` and checkpoints)."""
-    from lakehouse.delta import _engine
 
     spark = _session(spark)
     snap = snapshot(uri, spark=spark).require()

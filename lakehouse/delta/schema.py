@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta.log import table_schema
+from lakehouse.delta.types import value_checked
 from lakehouse.errors import (
     SchemaMismatchError,
 )
@@ -79,8 +80,6 @@ def first_inexact(df: DataFrame, name: str, old: DataType, new: DataType) -> str
     ``new``, as text; None when every value does, or when the change is exact by type
     (:func:`lakehouse.delta.types.value_checked` is false: no job runs)."""
     from pyspark.sql import functions as F
-
-    from lakehouse.delta.types import value_checked
 
     if not value_checked(old, new):
         return None

@@ -35,6 +35,7 @@ from lakehouse.delta.log import (
     snapshot,
 )
 from lakehouse.delta.schema import check_compatible, same_type
+from lakehouse.delta.types import fits, widened
 from lakehouse.errors import (
     ConcurrentCommitError,
     SchemaMismatchError,
@@ -286,8 +287,6 @@ def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame
     """The ``"widen"`` schema mode of :func:`append`: cast what fits the table, widen the
     table where the data is wider, refuse the rest (:func:`check_compatible` then names it)."""
     from pyspark.sql import functions as F
-
-    from lakehouse.delta.types import fits, widened
 
     table = {f.name: f.dataType for f in snap.schema.fields}
     casts: dict[str, DataType] = {}

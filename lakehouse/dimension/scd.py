@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from lakehouse.dimension.layout import EVENT_TIME, LINEAGE_COLUMNS, OP, SEQ
+from lakehouse.dimension.layout import EVENT_TIME, LINEAGE_COLUMNS, OP, PROP_PRIMARY_KEY, SEQ
 
 #: The columns the SCD type 2 view adds.
 VALID_FROM: Final = "valid_from"
@@ -129,7 +129,6 @@ def dimension_views(
     current-state views (:func:`views`), unless a table already has the name. Reads table
     logs only (:func:`lakehouse.delta.peek`: no Spark is started for it)."""
     from lakehouse import delta
-    from lakehouse.dimension.layout import PROP_PRIMARY_KEY
     from lakehouse.table_kinds import TableKind, kind_of
 
     derived: dict[str, str] = {}

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import delta
 from lakehouse.delta.types import fits as fits
 from lakehouse.dimension import connect_schemas
+from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     KAFKA_OFFSET,
@@ -326,8 +327,6 @@ class _Replay:
 def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) -> _Replay:
     """Decode the block's dead letters again and plan them against the table as it is."""
     from pyspark.sql import functions as F
-
-    from lakehouse.dimension.decode import decode_raw
 
     props = delta.get_properties(uri)
     dead = delta.read(spark, dlq).filter(

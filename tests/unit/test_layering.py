@@ -4,7 +4,8 @@ Dependencies point one way: ``time`` and ``cdc`` know no Spark and nothing of th
 build side (``dimension``) and ``join`` use ``delta``, ``cdc`` and ``time``, never what
 composes them; ``cli``, ``runner`` and ``pipelines`` only compose. The decisions of each
 micro-batch handler live in modules that import no Spark, so they are testable without it.
-No module reaches into another package's private names.
+No module reaches into another package's private names, and no two modules import each other,
+at the top or inside a function.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ PURE = (
     "lakehouse.cdc",
     "lakehouse.dimension.signals",
     "lakehouse.dimension.commit",
+    "lakehouse.dimension.look",
+    "lakehouse.dimension.plan",
     "lakehouse.join.options",
     "lakehouse.join.state",
     "lakehouse.quality.explain",
@@ -154,3 +157,64 @@ def test_the_decisions_import_no_spark():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each lakehouse module's lakehouse imports, at any depth of its code but for type
+    checking only (``if TYPE_CHECKING:``, never run); a package's own ``__init__`` (which
+    every one of its modules runs first) is not an edge of its modules."""
+    files = {}
+    for path in (ROOT / "lakehouse").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        files[name] = path
+
+    def owner(name: str) -> str:
+        while name not in files:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                targets = names if all(n in files for n in names) else [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith("lakehouse."):
+                    found = owner(target)
+                    if found != module and not module.startswith(found + "."):
+                        graph[module].add(found)
+    return graph
+
+
+def test_no_two_modules_import_each_other():
+    graph = _module_graph()
+    circles = []
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append(" -> ".join([*path[path.index(module) :], module]))
+            return
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not circles, f"import circles: {circles}"
