@@ -70,6 +70,11 @@ _PARSED_COMMITS: collections.OrderedDict[tuple[str, str, int, int, int], CommitI
     collections.OrderedDict()
 )
 _MAX_PARSED_COMMITS = 4096
+#: How many of a table's newest commits :meth:`TableSnapshot.transaction_version` reads for an
+#: application's transaction before it asks Delta to rebuild the table's state: a batch writes
+#: its transaction in its data commit, and the commits after it (markers, properties, a
+#: compaction) are few.
+TXN_SCAN_COMMITS = 50
 _parsed_lock = threading.Lock()  # foreachBatch handlers of several queries share it
 
 #: SQL commands that carry commit metadata set it on the session: one at a time.
@@ -186,11 +191,17 @@ class TableSnapshot:
     def transaction_version(self, app_id: str) -> int | None:
         """The last version recorded for application transaction ``app_id``, or None.
 
-        Delta rebuilds the table's state for this (small Spark jobs over the log); an
-        idempotent write of the same snapshot in the same batch reuses it.
+        A commit records the transactions it sets, so the newest of the last
+        :data:`TXN_SCAN_COMMITS` commits that set ``app_id`` holds its last version (their
+        parses are kept by the process). Only when none of them did does Delta rebuild the
+        table's state (Spark jobs over the log); an idempotent write of the same snapshot in the
+        same batch reuses that state.
         """
         if not self.exists:
             return None
+        for info in self.commits(TXN_SCAN_COMMITS):
+            if app_id in info.app_transactions:
+                return info.app_transactions[app_id]
         if self._txns is None:
             self._txns = _engine.transactions(self._jsnapshot)
         return self._txns.get(app_id)

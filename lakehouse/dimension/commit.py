@@ -16,6 +16,7 @@ open it stays at the block's watermark, capped below the first incompatible reco
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,40 @@ class CommitPlan:
     changes_nothing: bool = False
     finishes_create: bool = False
     connect_schemas: str | None = None
+
+
+def same_bookkeeping(recorded: str | None, decided: str) -> bool:
+    """Whether a batch's snapshot bookkeeping (JSON) records nothing the table's last data
+    commit did not: the same text, or, on a complete table, the same but for the consumed
+    positions. Those only grow, and a complete table's decisions never read them (each
+    batch's are the stream's planned offsets merged with every table's record), so a table
+    the batch did not touch is not written just to move them: it costs no commit, and a
+    row-time join sees it as quiet (its idle timeout can pass).
+
+    >>> done = '{"phase": "complete", "positions": {"cdc": {"0": 5}}}'
+    >>> same_bookkeeping(done, '{"phase": "complete", "positions": {"cdc": {"0": 9}}}')
+    True
+    >>> same_bookkeeping(done.replace("complete", "loading"),
+    ...     '{"phase": "loading", "positions": {"cdc": {"0": 9}}}')
+    False
+    >>> same_bookkeeping(None, done)
+    False
+    """
+    if recorded is None:
+        return False
+    if recorded == decided:
+        return True
+    try:
+        before, after = json.loads(recorded), json.loads(decided)
+    except ValueError:
+        return False
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return False
+    if before.get("phase") != "complete" or after.get("phase") != "complete":
+        return False
+    before.pop("positions", None)
+    after.pop("positions", None)
+    return bool(before == after)
 
 
 def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> int:
@@ -219,8 +254,7 @@ def plan_commit(
         and block is None
         and decision.fire is None
         and not decision.start_resnapshot
-        and look.snapshot_state is not None
-        and state == look.snapshot_state
+        and same_bookkeeping(look.snapshot_state, state)
         and max_ts == look.max_event_time_ms
         and watermark == look.watermark_ms
     )

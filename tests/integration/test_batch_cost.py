@@ -13,9 +13,11 @@ import json
 
 import pytest
 from batch_cost import BatchCost
-from helpers import raw_records
+from helpers import data_commit_of_batch, raw_records
 
+from lakehouse import delta
 from lakehouse.dimension import BuildSink, BuildTarget
+from lakehouse.dimension.layout import META_BATCH_ID
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.testing.debezium import DebeziumTable
 
@@ -108,3 +110,51 @@ def test_a_row_time_batch_is_one_look_per_table(spark, rates):
     for cost in _batches(spark, _join(root, uri, "rowtime")):
         assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 4, cost.log_reads
         assert cost.jobs <= 5 and cost.delta_jobs <= 3, json.dumps(cost.descriptions, indent=1)
+
+
+def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tmp_path):
+    """One connector, three tables: a batch of changes to one of them rebuilds no other
+    table's state (the replay check reads the tables' recent commits, issue 33)."""
+    names = ("rates", "fees", "taxes")
+    tables = {
+        n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in names
+    }
+    sink = BuildSink(
+        [
+            BuildTarget(str(tmp_path / n), key_columns=("currency",), source_table=f"public.{n}")
+            for n in names
+        ],
+        dead_letter_table=str(tmp_path / "dlq"),
+        pipeline_id="cost-tables",
+    )
+    snapshot = [
+        m
+        for t in tables.values()
+        for m in t.snapshot([{"currency": c, "rate": "1"} for c in CODES[:3]])
+    ]
+    sink.process(_cdc(spark, snapshot, 0), 0)
+    offset = len(snapshot)
+    # batch 1 records the end of each table's snapshot signal (the batch after a marker
+    # fires); from batch 2 on the untouched tables are quiet
+    for b in (1, 2, 3):
+        changes = [
+            tables["rates"].update({"currency": CODES[i], "rate": f"{b}.{i}"}) for i in range(3)
+        ]
+        with BatchCost(spark) as cost:
+            report = sink.process(_cdc(spark, changes, offset), b)
+        offset += len(changes)
+        assert [t.rows for t in report.targets] == [3, 0, 0]
+        assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 3, cost.log_reads
+        if b > 1:
+            # the one rebuild of state is Delta's own check of the written table's transaction
+            assert cost.delta_jobs <= 1 and cost.jobs <= 6, json.dumps(cost.descriptions, indent=1)
+    # the untouched tables committed nothing (their data commits are the snapshot's), and a
+    # replay of the last batch writes nothing anywhere
+    versions = [delta.latest_version(str(tmp_path / n)) for n in names]
+    for n in names[1:]:
+        batches = {c.metadata.get(META_BATCH_ID) for c in delta.history(str(tmp_path / n))}
+        assert batches <= {"0", "1", None}, (n, batches)
+    assert data_commit_of_batch(str(tmp_path / "rates"), 3) == versions[0]
+    replay = sink.process(_cdc(spark, changes, offset - len(changes)), 3)
+    assert [t.rows for t in replay.targets] == [0, 0, 0]
+    assert [delta.latest_version(str(tmp_path / n)) for n in names] == versions

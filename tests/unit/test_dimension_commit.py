@@ -264,12 +264,24 @@ def test_a_batch_that_changes_nothing_commits_nothing():
     state = SignalState(phase="complete", positions={"cdc": {"0": 7}})
     quiet = _commit(_quiet_look(state), decision=Decision(state=state), rows=RowStats())
     assert quiet.changes_nothing
+    # other tables' records moved the consumed offsets: a complete table does not record
+    # them for that (its decisions never read them)
+    moved = SignalState(phase="complete", positions={"cdc": {"0": 9}})
+    untouched = _commit(_quiet_look(state), decision=Decision(state=moved), rows=RowStats())
+    assert untouched.changes_nothing
     # anything that changes the table commits
     look = _quiet_look(state)
-    moved = SignalState(phase="complete", positions={"cdc": {"0": 9}})
+    loading = SignalState(phase="loading", positions={"cdc": {"0": 7}})
+    loading_look = replace(look, snapshot_state=loading.to_json())
+    noted = SignalState(phase="complete", positions={"cdc": {"0": 9}}, alert="connector down")
     changed = {
         "a row": _commit(look, decision=Decision(state=state)),
-        "moved bookkeeping": _commit(look, decision=Decision(state=moved), rows=RowStats()),
+        "moved offsets while loading": _commit(
+            loading_look,
+            decision=Decision(state=replace(loading, positions={"cdc": {"0": 9}})),
+            rows=RowStats(),
+        ),
+        "moved bookkeeping": _commit(look, decision=Decision(state=noted), rows=RowStats()),
         "a fired signal": _commit(
             look, decision=Decision(state=state, fire=FIRED), rows=RowStats()
         ),
