@@ -31,6 +31,9 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
 ``commit_reads``
     What a batch's look at a table's recent commits costs, read from storage and kept from an
     earlier batch of the process.
+``tables``
+    Cost of an ingest batch per configured table: one connector feeding ``tables`` build
+    tables, 400 events per batch, spread over all of them or all of one.
 ``backlog``
     Cost per batch as the pending backlog grows: a row-time join whose build watermark
     covers half of the time range, so half of each batch is released and half waits; the
@@ -545,6 +548,71 @@ def cost(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tables(spec: dict[str, Any]) -> dict[str, Any]:
+    """What one ingest batch costs per configured table: ``tables`` build tables fed by one
+    connector (one ``[[ingest.tables]]`` each), 400 CDC events per batch, spread over every
+    table (``touch: "all"``) or all of one table's (``touch: "one"``); after each table's
+    snapshot and the batch after it, ``batches`` steady batches are timed and counted."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import StructType
+
+    from lakehouse.dimension import BuildSink, BuildTarget
+    from lakehouse.sources.schema import RAW_SCHEMA_DDL
+    from lakehouse.testing.debezium import DebeziumTable
+    from tests.batch_cost import BatchCost
+
+    root = Path(spec["root"])
+    shutil.rmtree(root, ignore_errors=True)
+    spark = _spark("tables", spec.get("spark_conf", {}))
+    schema = StructType.fromDDL(RAW_SCHEMA_DDL)
+    names = [f"t{i:03d}" for i in range(spec["tables"])]
+    per_batch = spec.get("events", 400)
+    offset = [0]
+
+    def raw(messages: list[Any]) -> Any:
+        now = datetime.now(UTC)
+        rows = [
+            (m.key_bytes(), m.value_bytes(), "dbserver1", 0, offset[0] + i, now, 0)
+            for i, m in enumerate(messages)
+        ]
+        offset[0] += len(messages)
+        return spark.createDataFrame(rows, schema)
+
+    debezium = {
+        n: DebeziumTable("public", n, key="currency", start_ms=EPOCH0_MS, step_ms=10) for n in names
+    }
+    sink = BuildSink(
+        [
+            BuildTarget(str(root / n), key_columns=("currency",), source_table=f"public.{n}")
+            for n in names
+        ],
+        dead_letter_table=str(root / "dlq"),
+        pipeline_id="bench-tables",
+    )
+    codes = [f"C{i:02d}" for i in range(20)]
+    snapshot = [
+        m for t in debezium.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])
+    ]
+    sink.process(raw(snapshot), 0)
+    touched = names if spec.get("touch", "all") == "all" else names[:1]
+    out = []
+    for b in range(1, spec.get("batches", 2) + 2):
+        changes = [
+            debezium[touched[i % len(touched)]].update(
+                {"currency": codes[i % 20], "rate": f"{b}.{i}"}
+            )
+            for i in range(per_batch)
+        ]
+        t0 = time.perf_counter()
+        with BatchCost(spark) as c:
+            sink.process(raw(changes), b)
+        if b > 1:  # batch 1 records the end of each table's snapshot signal
+            out.append(_cost_point(b, c, time.perf_counter() - t0))
+    spark.stop()
+    return {"tables": len(names), "touch": spec.get("touch", "all"), "batches": out}
+
+
 def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
     return {
         "batch": batch,
@@ -593,6 +661,7 @@ SCENARIOS = {
     "history": history,
     "backlog": backlog,
     "cost": cost,
+    "tables": tables,
 }
 
 

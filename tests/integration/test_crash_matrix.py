@@ -259,6 +259,7 @@ def test_every_failpoint_is_in_the_matrix():
 FIRST_COMMAND_ONLY = frozenset({"create-and-log"})
 
 
+@pytest.mark.timeout(1500)  # up to twelve commands, each a Spark process, and a reference run
 @pytest.mark.parametrize("chain", sorted(INGEST_CHAINS))
 def test_ingest_killed_at_every_point_ends_as_an_uninterrupted_run(spark, tmp_path, chain):
     kills = INGEST_CHAINS[chain]
