@@ -132,11 +132,10 @@ def look_at(uri: str, *, app_id: str, batch_id: int) -> TargetLook:
     snap = delta.snapshot(uri)
     if not snap.exists:
         return NO_TABLE
-    recorded = snap.transaction_version(app_id)
     return TargetLook.from_history(
         version=snap.version,
         properties=snap.properties,
-        replay=recorded is not None and recorded >= batch_id,
+        replay=snap.records(app_id, batch_id),
         metadata=(c.metadata for c in snap.commits(HISTORY_LIMIT)),
         columns={f.name: f.dataType for f in snap.schema.fields},
     )
