@@ -94,6 +94,13 @@ DEFAULT_CONF: Mapping[str, str] = {
     # whenever a batch sees a new version; the default 50 partitions make each of those jobs
     # schedule 50 tasks for a log of a few kilobytes.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # Spark 4.2's in-memory cache puts an accumulator (PartitionKeyedAccumulator) in every task
+    # over cached data; the executor's heartbeat can read one half-deserialized (SPARK-59451),
+    # and the NullPointerException ends the heartbeat thread for good: a cluster then kills the
+    # executor 120 s later, a local run warns that its executor is gone. Sending the zero
+    # accumulators too moves that read to the driver, where the same race costs one heartbeat
+    # (log4j2.properties keeps its two traces out of the output).
+    "spark.executor.heartbeat.dropZeroAccumulatorUpdates": "false",
     # Stopping a streaming query while a Python data source call is in flight makes Spark's
     # interrupt handling run a deeply recursive regex; the default 1 MiB thread stack overflows
     # (a StackOverflowError dump of ~1000 lines). A larger stack lets it finish.
