@@ -552,7 +552,8 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
     """What one ingest batch costs per configured table: ``tables`` build tables fed by one
     connector (one ``[[ingest.tables]]`` each), 400 CDC events per batch, spread over every
     table (``touch: "all"``) or all of one table's (``touch: "one"``); after each table's
-    snapshot and the batch after it, ``batches`` steady batches are timed and counted."""
+    snapshot and the batch after it, ``batches`` steady batches are timed and counted.
+    ``parallelism``: the sink's ``table_parallelism`` (default 4)."""
     from datetime import UTC, datetime
 
     from pyspark.sql.types import StructType
@@ -589,6 +590,7 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         ],
         dead_letter_table=str(root / "dlq"),
         pipeline_id="bench-tables",
+        table_parallelism=spec.get("parallelism", 4),
     )
     codes = [f"C{i:02d}" for i in range(20)]
     snapshot = [
@@ -610,7 +612,12 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         if b > 1:  # batch 1 records the end of each table's snapshot signal
             out.append(_cost_point(b, c, time.perf_counter() - t0))
     spark.stop()
-    return {"tables": len(names), "touch": spec.get("touch", "all"), "batches": out}
+    return {
+        "tables": len(names),
+        "touch": spec.get("touch", "all"),
+        "parallelism": sink.table_parallelism,
+        "batches": out,
+    }
 
 
 def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:

@@ -300,6 +300,7 @@ def ingest_cdc(
         dead_letter_table=options.dead_letter_table,
         pipeline_id=options.pipeline_id,
         max_record_bytes=options.max_record_bytes,
+        table_parallelism=options.table_parallelism,
         on_batch=on_batch,
         offsets_probe=probe,
     )

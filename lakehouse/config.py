@@ -251,6 +251,10 @@ class IngestOptions(_Model):
     max_record_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """The largest record (key or value, in bytes) decoded; a larger one is dead-lettered
     (`too_large`), kept whole."""
+    table_parallelism: int = Field(default=4, ge=1)
+    """How many build tables a batch works on at once: their reads of the Delta log, plans,
+    statistics, writes, commits and markers overlap, and Spark runs their jobs side by side.
+    `1` works through the tables one by one."""
 
     @field_validator("tables")
     @classmethod

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
@@ -109,9 +110,13 @@ from lakehouse.dimension.signals import (
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
 from lakehouse.errors import ConfigError, DataSafetyError
 from lakehouse.failpoints import failpoint
+from lakehouse.parallel import map_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 log = logging.getLogger("lakehouse.dimension")
 
@@ -161,6 +166,10 @@ class BuildSink:
             query's offsets log), or None when unknown; consumed positions then count
             partitions whose tail holds no record (transaction markers). None: consumed
             positions come from the records alone.
+        table_parallelism: how many tables a batch works on at once (their looks, plans,
+            statistics, writes, commits and markers; :func:`lakehouse.parallel.map_tables`).
+            Each table's work is idempotent on its own, so the order in which tables commit
+            is not part of the exactly-once argument; 1 works through them one by one.
     """
 
     def __init__(
@@ -173,6 +182,7 @@ class BuildSink:
         max_record_bytes: int = 16 * 1024 * 1024,
         offsets_probe: OffsetsProbe | None = None,
         planned_offsets: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
+        table_parallelism: int = 4,
     ) -> None:
         if not targets:
             raise ConfigError("a build sink needs at least one target table", setting="targets")
@@ -196,6 +206,12 @@ class BuildSink:
         self.max_record_bytes = max_record_bytes
         self.offsets_probe = offsets_probe
         self.planned_offsets = planned_offsets
+        if table_parallelism < 1:
+            raise ConfigError(
+                f"table_parallelism must be at least 1, got {table_parallelism}",
+                setting="table_parallelism",
+            )
+        self.table_parallelism = table_parallelism
         self.signal_topics = tuple(sorted({t for x in targets for t in x.snapshot.topics}))
         self._markers_checked = False
         #: the Connect schemas the JVM decode knows, learned batch by batch
@@ -221,10 +237,12 @@ class BuildSink:
                 self._sync_resnapshot_join(target)
             self._markers_checked = True
         # one look at each table: everything the batch decides for it is decided from this
-        looks = {
-            t.table_uri: look_at(t.table_uri, app_id=self.pipeline_id, batch_id=batch_id)
-            for t in self.targets
-        }
+        looked = self._each_table(
+            df.sparkSession,
+            lambda t: look_at(t.table_uri, app_id=self.pipeline_id, batch_id=batch_id),
+            self.targets,
+        )
+        looks = {t.table_uri: look for t, look in zip(self.targets, looked, strict=True)}
         if all(look.replay for look in looks.values()):
             return BatchReport(
                 batch_id=batch_id,
@@ -251,6 +269,12 @@ class BuildSink:
             )
 
     # ------------------------------------------------------------------------------ internals
+
+    def _each_table(
+        self, spark: SparkSession, work: Callable[[_T], _R], items: Sequence[_T]
+    ) -> list[_R]:
+        """``work`` over the batch's tables, :attr:`table_parallelism` at once."""
+        return map_tables(spark, work, items, workers=self.table_parallelism)
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -352,17 +376,25 @@ class BuildSink:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
-        planned = [
-            self._plan(decoded, target, looks[target.table_uri], changes, ddl_events, batch_id)
-            for target in self.targets
-        ]
-        plans = [plan for plan, _ in planned]
-        # each target's rows, computed once: for their statistics, then for the commit
-        rows = [None if f.rows is None else f.rows.persist() for _, f in planned]
-        for frame in rows:
-            if frame is not None:
-                cached.callback(frame.unpersist)
-        stats = [_row_stats(frame) for frame in rows]
+        spark = decoded.sparkSession
+        registering = threading.Lock()
+
+        def prepare(target: BuildTarget) -> tuple[TargetPlan, TargetFrames, RowStats]:
+            plan, frames = self._plan(
+                decoded, target, looks[target.table_uri], changes, ddl_events, batch_id
+            )
+            if frames.rows is None:
+                return plan, frames, RowStats()
+            # the target's rows, computed once: for their statistics, then for the commit
+            rows = frames.rows.persist()
+            with registering:
+                cached.callback(rows.unpersist)
+            return plan, TargetFrames(rows, frames.rejected), _row_stats(rows)
+
+        prepared = self._each_table(spark, prepare, self.targets)
+        plans = [plan for plan, _, _ in prepared]
+        rows = [frames.rows for _, frames, _ in prepared]
+        stats = [stat for _, _, stat in prepared]
         routed = [sum(r["n"] for r in changes if _routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
@@ -370,7 +402,7 @@ class BuildSink:
             decoded,
             signal_df,
             signals,
-            [f.rejected for _, f in planned],
+            [frames.rejected for _, frames, _ in prepared],
             kinds.get("error", 0) + refused,
             batch_id,
         )
@@ -383,8 +415,10 @@ class BuildSink:
             *(look.signal_state.positions for look in looks.values()), data_ends, offsets
         )
         probe = _once(self.offsets_probe)
-        reports = []
-        for plan, frame, stat in zip(plans, rows, stats, strict=True):
+        marks = self._wire.marks()
+
+        def commit(i: int) -> TargetReport:
+            plan, frame, stat = plans[i], rows[i], stats[i]
             look = looks[plan.target.table_uri]
             decision = self._decide_signals(
                 plan.target, look, groups, signals, positions, probe, batch_id
@@ -392,13 +426,13 @@ class BuildSink:
             newest = connect_schemas.newest_in_batch(
                 [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)],
                 start_schemas,
-                self._wire.marks(),
+                marks,
             )
-            reports.append(
-                self._commit_target(
-                    plan, look, frame, stat, decision, batch_id, end_offsets, newest
-                )
+            return self._commit_target(
+                plan, look, frame, stat, decision, batch_id, end_offsets, newest
             )
+
+        reports = self._each_table(spark, commit, range(len(plans)))
         _log_unrouted_ddl(ddl_events, plans, batch_id)
         return BatchReport(
             batch_id=batch_id,
@@ -767,10 +801,12 @@ def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
     if probe is None:
         return None
     answer: list[Mapping[str, Mapping[str, int]]] = []
+    asking = threading.Lock()  # the targets decide on threads of their own
 
     def cached() -> Mapping[str, Mapping[str, int]]:
-        if not answer:
-            answer.append(probe())
+        with asking:
+            if not answer:
+                answer.append(probe())
         return answer[0]
 
     return cached

@@ -14,6 +14,7 @@ from lakehouse import delta
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.layout import (
+    INGESTED_AT,
     META_BATCH_ID,
     META_END_OFFSETS,
     META_MAX_EVENT_TIME,
@@ -219,3 +220,65 @@ def test_every_real_fixture_decodes_on_the_executors_without_internal_errors(spa
     # the two Kafka *key* fixtures are not change events; everything else decodes
     assert set(errors) <= {p.name for p in files if "_key_" in p.name}, errors
     assert "internal_error" not in errors.values()
+
+
+def test_tables_worked_on_at_once_end_as_tables_worked_on_one_by_one(spark, tmp_path):
+    """``table_parallelism``: four tables of one connector, their snapshots, updates, a new
+    column, deletes with tombstones and a record no table takes, ingested one table at a time
+    and four at once: the same rows, dead letters, markers and batch bookkeeping."""
+    names = ("rates", "fees", "taxes", "duties")
+    batches: list[list] = []
+    source = {
+        n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in names
+    }
+    batches.append(
+        [m for t in source.values() for m in t.snapshot([{"currency": "C0", "rate": "1"}])]
+    )
+    batches.append(
+        [source[n].update({"currency": f"C{i}", "rate": f"2.{i}"}) for n in names for i in range(3)]
+        + [(None, b"{not json")]
+    )
+    batches.append(
+        [source["fees"].update({"currency": "C1", "rate": "3", "note": "new column"})]
+        + [m for n in ("rates", "duties") for m in source[n].delete("C0")]
+    )
+
+    def ingest(parallelism: int) -> dict[str, list]:
+        root = tmp_path / f"p{parallelism}"
+        sink = BuildSink(
+            [
+                BuildTarget(str(root / n), key_columns=("currency",), source_table=f"public.{n}")
+                for n in names
+            ],
+            dead_letter_table=str(root / "dlq"),
+            pipeline_id="parallel",
+            table_parallelism=parallelism,
+        )
+        offset = 0
+        for batch_id, messages in enumerate(batches):
+            report = sink.process(_raw(spark, messages, first_offset=offset), batch_id)
+            assert [t.table_uri for t in report.targets] == [str(root / n) for n in names]
+            offset += len(messages)
+        seen: dict[str, list] = {}
+        for n in names:
+            uri = str(root / n)
+            rows = delta.read(spark, uri).drop(INGESTED_AT).collect()  # the wall clock
+            seen[n] = sorted(map(tuple, rows), key=repr)
+            props = delta.get_properties(uri)
+            seen[f"{n} marker"] = [
+                props.get(PROP_SNAPSHOT_COMPLETE),
+                props.get(PROP_SNAPSHOT_SIGNAL),
+            ]
+            commits = [c.metadata for c in delta.history(uri)]
+            seen[f"{n} batches"] = sorted(
+                ((m.get(META_BATCH_ID), m.get(META_WATERMARK)) for m in commits), key=repr
+            )
+        dead = delta.read(spark, str(root / "dlq"))
+        seen["dead letters"] = sorted(
+            map(tuple, dead.select("_error_kind", "_error", "_offset").collect()), key=repr
+        )
+        return seen
+
+    one_by_one, at_once = ingest(1), ingest(4)
+    assert one_by_one == at_once
+    assert one_by_one["fees"] and one_by_one["dead letters"]

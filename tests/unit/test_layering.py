@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
         "delta",
         "errors",
         "failpoints",
+        "parallel",
         "sources",
         "storage",
         "table_kinds",

@@ -27,7 +27,9 @@ def _properties() -> dict[str, str]:
 def _denied(logger: str, message: str) -> bool:
     """Whether a DENY RegexFilter of the logger configured for ``logger`` matches ``message``."""
     props = _properties()
-    (prefix,) = [k[: -len(".name")] for k, v in props.items() if k.endswith(".name") and v == logger]
+    (prefix,) = [
+        k[: -len(".name")] for k, v in props.items() if k.endswith(".name") and v == logger
+    ]
     filters = {k.rsplit(".", 1)[0] for k in props if k.startswith(f"{prefix}.filter.")}
     return any(
         props[f"{f}.onMatch"] == "DENY" and re.fullmatch(props[f"{f}.regex"], message)
