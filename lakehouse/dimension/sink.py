@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
@@ -113,10 +113,7 @@ from lakehouse.failpoints import failpoint
 from lakehouse.parallel import map_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("lakehouse.dimension")
 
@@ -237,10 +234,11 @@ class BuildSink:
                 self._sync_resnapshot_join(target)
             self._markers_checked = True
         # one look at each table: everything the batch decides for it is decided from this
-        looked = self._each_table(
+        looked = map_tables(
             df.sparkSession,
             lambda t: look_at(t.table_uri, app_id=self.pipeline_id, batch_id=batch_id),
             self.targets,
+            workers=self.table_parallelism,
         )
         looks = {t.table_uri: look for t, look in zip(self.targets, looked, strict=True)}
         if all(look.replay for look in looks.values()):
@@ -269,12 +267,6 @@ class BuildSink:
             )
 
     # ------------------------------------------------------------------------------ internals
-
-    def _each_table(
-        self, spark: SparkSession, work: Callable[[_T], _R], items: Sequence[_T]
-    ) -> list[_R]:
-        """``work`` over the batch's tables, :attr:`table_parallelism` at once."""
-        return map_tables(spark, work, items, workers=self.table_parallelism)
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -391,7 +383,7 @@ class BuildSink:
                 cached.callback(rows.unpersist)
             return plan, TargetFrames(rows, frames.rejected), _row_stats(rows)
 
-        prepared = self._each_table(spark, prepare, self.targets)
+        prepared = map_tables(spark, prepare, self.targets, workers=self.table_parallelism)
         plans = [plan for plan, _, _ in prepared]
         rows = [frames.rows for _, frames, _ in prepared]
         stats = [stat for _, _, stat in prepared]
@@ -432,7 +424,7 @@ class BuildSink:
                 plan, look, frame, stat, decision, batch_id, end_offsets, newest
             )
 
-        reports = self._each_table(spark, commit, range(len(plans)))
+        reports = map_tables(spark, commit, range(len(plans)), workers=self.table_parallelism)
         _log_unrouted_ddl(ddl_events, plans, batch_id)
         return BatchReport(
             batch_id=batch_id,

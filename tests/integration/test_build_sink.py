@@ -224,7 +224,7 @@ def test_every_real_fixture_decodes_on_the_executors_without_internal_errors(spa
 
 def test_tables_worked_on_at_once_end_as_tables_worked_on_one_by_one(spark, tmp_path):
     """``table_parallelism``: four tables of one connector, their snapshots, updates, a new
-    column, deletes with tombstones and a record no table takes, ingested one table at a time
+    column, deletes with tombstones and an undecodable record, ingested one table at a time
     and four at once: the same rows, dead letters, markers and batch bookkeeping."""
     names = ("rates", "fees", "taxes", "duties")
     batches: list[list] = []
