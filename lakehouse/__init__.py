@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from lakehouse.dimension import BatchReport
     from lakehouse.errors import ConfigError, LakehouseError
     from lakehouse.join import JoinBatchReport, JoinOptions
-    from lakehouse.sources import kafka_stream_options, read_files_stream, read_kafka_stream
+    from lakehouse.sources import (
+        kafka_stream_options,
+        read_delta_stream,
+        read_files_stream,
+        read_kafka_stream,
+        rows_as_records,
+    )
     from lakehouse.spark import get_spark
 
 #: Each public name and the module that defines it.
@@ -49,8 +55,10 @@ _EXPORTS = {
     "JoinBatchReport": "lakehouse.join",
     "JoinOptions": "lakehouse.join",
     "kafka_stream_options": "lakehouse.sources",
+    "read_delta_stream": "lakehouse.sources",
     "read_files_stream": "lakehouse.sources",
     "read_kafka_stream": "lakehouse.sources",
+    "rows_as_records": "lakehouse.sources",
     "get_spark": "lakehouse.spark",
 }
 
@@ -68,8 +76,10 @@ __all__ = [
     "ingest_cdc",
     "kafka_stream_options",
     "load_settings",
+    "read_delta_stream",
     "read_files_stream",
     "read_kafka_stream",
+    "rows_as_records",
     "temporal_join",
 ]
 

@@ -2,10 +2,11 @@
 
 :func:`ingest_cdc` and :func:`temporal_join` take a stream of raw records (the columns of
 Spark's Kafka source: ``key``, ``value``, ``topic``, ``partition``, ``offset``,
-``timestamp``, ``timestampType``; :func:`lakehouse.read_kafka_stream` and
-:func:`lakehouse.read_files_stream` give them) and the job's options, and return a
-:class:`PipelineWriter`: a :class:`pyspark.sql.streaming.DataStreamWriter` whose
-``foreachBatch`` is already the job's. Trigger, checkpoint and query name are set as on any
+``timestamp``, ``timestampType``; :func:`lakehouse.read_kafka_stream`,
+:func:`lakehouse.read_files_stream` and :func:`lakehouse.read_delta_stream` give them, and
+:func:`lakehouse.rows_as_records` makes them of any stream of rows) and the job's options,
+and return a :class:`PipelineWriter`: a :class:`pyspark.sql.streaming.DataStreamWriter`
+whose ``foreachBatch`` is already the job's. Trigger, checkpoint and query name are set as on any
 Spark stream::
 
     from lakehouse import JoinOptions, read_kafka_stream, temporal_join
@@ -412,8 +413,9 @@ def _raw_records(df: DataFrame, function: str) -> DataFrame:
             raise ConfigError(
                 f"lakehouse.{function} reads raw records ({RAW_SCHEMA_DDL}, the columns of "
                 f"Spark's Kafka source); column {field.name!r} is {found}. Read the stream "
-                "with lakehouse.read_kafka_stream or lakehouse.read_files_stream, or select "
-                "those columns",
+                "with lakehouse.read_kafka_stream, read_files_stream or read_delta_stream, "
+                "turn rows into records with lakehouse.rows_as_records, or select those "
+                "columns",
                 setting="input",
             )
     return df.select(*columns)

@@ -58,10 +58,11 @@ from lakehouse.join.options import JoinOptions  # the join's settings, declared 
 
 if TYPE_CHECKING:
     from lakehouse.dimension.signals.options import SnapshotOptions
+    from lakehouse.sources.delta import DeltaSourceOptions
 
 ENV_PREFIX = "LAKEHOUSE_"
 Trigger = Literal["available-now", "processing-time", "once"]
-Source = Literal["kafka", "files"]
+Source = Literal["kafka", "files", "delta"]
 FileFormat = Literal["lines", "envelope"]
 LogFormat = Literal["text", "json"]
 SnapshotSignal = Literal["notification", "heartbeat", "last", "log_record"]
@@ -123,8 +124,8 @@ class StreamConfig(_Model):
     """Where a pipeline reads from and how it runs."""
 
     source: Source = "kafka"
-    """Where records come from: `kafka` (Spark's Kafka source) or `files` (a directory of
-    JSON-lines files).
+    """Where records come from: `kafka` (Spark's Kafka source), `files` (a directory of
+    JSON-lines files) or, for the join's probe side, `delta` (a Delta table's appends).
     """
     topics: list[str] = Field(default_factory=list)
     """Kafka topics (source `kafka`)."""
@@ -134,10 +135,28 @@ class StreamConfig(_Model):
     """Files: `lines` (one record value per line) or `envelope` (`{"key", "value", "partition",
     "offset", "timestamp"}` per line).
     """
+    delta_table: str | None = None
+    """The Delta table to stream (source `delta`): its catalog name (`bronze.orders`) or its
+    path (`./orders` for a directory here); each row's columns are parsed as `probe_schema`.
+    """
     starting_offsets: str = "earliest"
     """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}`; used only when the
     checkpoint is new.
     """
+    starting_version: int | Literal["latest"] | None = None
+    """Delta: the first table version to read, or `latest`; default the whole table. Used only
+    when the checkpoint is new.
+    """
+    starting_timestamp: str | None = None
+    """Delta: read from the first commit at or after this time (`2026-01-01`), instead of
+    `starting_version`.
+    """
+    skip_change_commits: bool = False
+    """Delta: skip commits that update or delete rows (rows joined before stay as they were)
+    instead of stopping at them.
+    """
+    ignore_deletes: bool = False
+    """Delta: skip commits that only delete rows (a retention job dropping old partitions)."""
     checkpoint: str
     """Spark checkpoint location (a path or `s3a://` URI every node reaches)."""
     trigger: Trigger = "processing-time"
@@ -147,13 +166,22 @@ class StreamConfig(_Model):
     interval: str = "5 seconds"
     """Trigger interval of `processing-time`, e.g. `"5 seconds"`."""
     max_records_per_trigger: int | None = Field(default=None, gt=0)
-    """Most input per batch: Kafka offsets (`maxOffsetsPerTrigger`) or files; unlimited by
-    default.
+    """Most input per batch: Kafka offsets (`maxOffsetsPerTrigger`) or files (files and Delta
+    sources); unlimited by default (Delta: 1000 files).
     """
+    max_bytes_per_trigger: str | None = None
+    """Delta: soft bound on a batch's input (`512m`, `1g`)."""
     writer_lease_timeout_ms: int = Field(default=60_000, ge=1_000)
     """A writer lease without a heartbeat for this long is stale (the heartbeat comes every
     quarter of it).
     """
+
+    @field_validator("starting_version")
+    @classmethod
+    def _a_version(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"a table version is 0 or more, or 'latest' (got {v})")
+        return v
 
     @model_validator(mode="after")
     def _source_needs_location(self) -> StreamConfig:
@@ -161,7 +189,32 @@ class StreamConfig(_Model):
             raise ValueError("source 'kafka' needs topics (e.g. topics = [\"orders\"])")
         if self.source == "files" and not self.path:
             raise ValueError("source 'files' needs path (a directory of JSON-lines files)")
+        if self.source == "delta" and not self.delta_table:
+            raise ValueError(
+                "source 'delta' needs delta_table (a catalog name such as bronze.orders, or a path)"
+            )
         return self
+
+    @property
+    def delta_source(self) -> DeltaSourceOptions:
+        """The Delta source options of source `delta`.
+
+        Raises:
+            ConfigError: a Delta setting is out of range, or the source is not `delta`.
+        """
+        from lakehouse.sources.delta import DeltaSourceOptions
+
+        if self.source != "delta" or not self.delta_table:
+            raise ConfigError(f"source is {self.source!r}, not 'delta'", setting="source")
+        return DeltaSourceOptions(
+            table=self.delta_table,
+            starting_version=self.starting_version,
+            starting_timestamp=self.starting_timestamp,
+            max_files_per_trigger=self.max_records_per_trigger,
+            max_bytes_per_trigger=self.max_bytes_per_trigger,
+            skip_change_commits=self.skip_change_commits,
+            ignore_deletes=self.ignore_deletes,
+        )
 
 
 class IngestTableConfig(_Model):
@@ -273,6 +326,16 @@ class IngestOptions(_Model):
 class IngestConfig(StreamConfig, IngestOptions):
     """The CDC ingest: :class:`IngestOptions` (each of its fields is the ``[ingest]`` key of
     the same name), and where its records come from and how it runs (:class:`StreamConfig`)."""
+
+    @field_validator("source")
+    @classmethod
+    def _records_not_rows(cls, v: str) -> str:
+        if v == "delta":
+            raise ValueError(
+                "source 'delta' streams a Delta table's rows to the join's probe side; the "
+                "ingest reads Debezium records: use source 'kafka' or 'files'"
+            )
+        return v
 
 
 class JoinConfig(StreamConfig, JoinOptions):

@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from lakehouse.api import PipelineWriter
     from lakehouse.dimension import BatchReport
     from lakehouse.join import JoinBatchReport, JoinOptions
-    from lakehouse.sources import KafkaSourceOptions
+    from lakehouse.sources import DeltaSourceOptions, KafkaSourceOptions
     from lakehouse.time import Clock
 
 
 def open_stream(
     spark: SparkSession, cfg: StreamConfig, kafka: KafkaConfig, *, check: bool = True
 ) -> DataFrame:
-    """The raw record stream of a pipeline (Kafka or JSON-lines files).
+    """The raw record stream of a pipeline (Kafka, JSON-lines files, or a Delta table's rows).
 
     A Kafka stream is checked first (``check``, see :func:`check_kafka_stream`): the brokers
     answer, the topics exist, explicit starting offsets fit.
@@ -45,6 +45,10 @@ def open_stream(
     from lakehouse.sources import read_files_stream
     from lakehouse.sources.streams import open_kafka_stream
 
+    if cfg.source == "delta":
+        from lakehouse.sources.delta import open_delta_stream
+
+        return open_delta_stream(spark, cfg.delta_source)
     if cfg.source == "files":
         assert cfg.path is not None
         options: dict[str, str] = {"format": cfg.file_format}
@@ -198,6 +202,10 @@ class SupervisedQuery:
       :class:`~lakehouse.errors.SourceError` naming the topic, the partition and the way on
       (see :func:`lakehouse.sources.kafka.explain_failure`).
 
+    A ``delta`` source's commit that updates or deletes rows ends it with a
+    :class:`~lakehouse.errors.SourceError` naming the setting that skips such commits (see
+    :func:`lakehouse.sources.delta.explain_failure`).
+
     Any other failure ends it with Spark's own exception. :meth:`exception` and
     :meth:`awaitTermination` report the final outcome, :attr:`isActive` stays true through
     an outage, and :meth:`stop` stops whichever query runs (or the wait).
@@ -209,11 +217,13 @@ class SupervisedQuery:
         *,
         kafka: KafkaConfig | None = None,
         source: KafkaSourceOptions | None = None,
+        delta: DeltaSourceOptions | None = None,
         report: Callable[[str], None] = _report,
     ) -> None:
         self._start_query = start
         self._kafka = kafka
         self._source = source
+        self._delta = delta
         self._report = report
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -287,7 +297,7 @@ class SupervisedQuery:
                 if failure is None or self._stopping.is_set():
                     return
                 if self._source is None or self._kafka is None:
-                    self._error = failure
+                    self._error = self._explained(failure)
                     return
                 if self._ride_out(query, failure):
                     continue
@@ -296,6 +306,18 @@ class SupervisedQuery:
             self._error = self._error or e
         finally:
             self._done.set()
+
+    def _explained(self, failure: BaseException) -> BaseException:
+        """A failure of Delta's source that a setting answers, as its one-line error."""
+        if self._delta is None:
+            return failure
+        from lakehouse.sources.delta import explain_failure
+
+        explained = explain_failure(failure, self._delta)
+        if explained is None:
+            return failure
+        explained.__cause__ = failure
+        return explained
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
         from lakehouse.sources.kafka import KafkaOffsetsReader
@@ -401,6 +423,7 @@ def _run(
     on_notice: Callable[[str], None] | None,
     kafka: KafkaConfig,
     source: KafkaSourceOptions | None,
+    delta: DeltaSourceOptions | None = None,
 ) -> SupervisedQuery:
     """Start a job's writer with the configuration's checkpoint, name and trigger, under one
     writer lease (:meth:`~lakehouse.api.PipelineWriter.hold`) for the whole job, supervised
@@ -424,7 +447,7 @@ def _run(
         return writer.start()
 
     try:
-        job = SupervisedQuery(start_query, kafka=kafka, source=source)
+        job = SupervisedQuery(start_query, kafka=kafka, source=source, delta=delta)
     except BaseException:
         lease.release()
         raise
@@ -582,5 +605,11 @@ def start_join(
         lease_timeout_ms=cfg.writer_lease_timeout_ms,
     )
     return _run(
-        writer, cfg, take_over=take_over, on_notice=on_notice, kafka=settings.kafka, source=source
+        writer,
+        cfg,
+        take_over=take_over,
+        on_notice=on_notice,
+        kafka=settings.kafka,
+        source=source,
+        delta=cfg.delta_source if cfg.source == "delta" else None,
     )

@@ -46,10 +46,11 @@ def refuse_if_written(settings: Settings, command: Job, take_over: bool) -> None
 
 def require_source(settings: Settings, command: Job) -> None:
     """Refuse before Spark starts a files source whose directory does not exist (Spark would
-    start, then fail its first batch).
+    start, then fail its first batch), or a Delta source's path that holds no Delta table (a
+    catalog name is looked up when Spark is up).
 
     Raises:
-        ConfigError: the directory is missing.
+        ConfigError: the directory or the table is missing.
     """
     import os
 
@@ -57,6 +58,9 @@ def require_source(settings: Settings, command: Job) -> None:
     from lakehouse.errors import ConfigError
 
     cfg = settings.ingest if command == "ingest" else settings.join
+    if cfg is not None and cfg.source == "delta" and cfg.delta_table:
+        _require_delta_source(cfg.delta_table)
+        return
     path = None if cfg is None or cfg.source != "files" or not cfg.path else local_path(cfg.path)
     if path is None:
         return
@@ -65,6 +69,23 @@ def require_source(settings: Settings, command: Job) -> None:
             f"directory {os.path.abspath(path)!r} ({command}.path) does not exist; create "
             "it (it may be empty) or fix the path",
             setting=f"{command}.path",
+        )
+
+
+def _require_delta_source(table: str) -> None:
+    """Refuse a local Delta source path without a table (see :func:`require_source`)."""
+    import os
+
+    from lakehouse import delta
+    from lakehouse.errors import ConfigError
+    from lakehouse.sources.delta import is_catalog_name
+
+    path = None if is_catalog_name(table) else delta.local_path(table)
+    if path is not None and not delta.table_exists(table):
+        raise ConfigError(
+            f"no Delta table at {os.path.abspath(path)!r} (join.delta_table); check the path, "
+            "or give the table's catalog name",
+            setting="join.delta_table",
         )
 
 

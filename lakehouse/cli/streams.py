@@ -194,6 +194,9 @@ def join(
         list[str] | None, typer.Option(help=setting_help(JoinConfig, "topics"))
     ] = None,
     path: Annotated[str | None, typer.Option(help=setting_help(JoinConfig, "path"))] = None,
+    delta_table: Annotated[
+        str | None, typer.Option(help=setting_help(JoinConfig, "delta_table"))
+    ] = None,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help=setting_help(KafkaConfig, "bootstrap_servers"))
     ] = None,
@@ -319,6 +322,7 @@ def join(
         source=source,
         topics=topic,
         path=path,
+        delta_table=delta_table,
         starting_offsets=starting_offsets,
         probe_schema=probe_schema,
         probe_key=probe_key,

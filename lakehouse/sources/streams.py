@@ -1,5 +1,5 @@
 """Open raw record streams: Kafka through Spark's own source, JSON-lines files through
-lakehouse's Python data source.
+lakehouse's Python data source, Delta tables through Delta's source.
 
 These helpers validate their arguments in the calling process before any Spark work, so
 a bad setting fails with a :class:`ConfigError` at once rather than when the query starts.
@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from lakehouse.errors import ConfigError
+from lakehouse.sources.delta import DeltaSourceOptions, open_delta_stream
 from lakehouse.sources.files import FILES_SOURCE_NAME, FilesDataSource, FilesSourceOptions
 from lakehouse.sources.kafka import KAFKA_SOURCE_NAME, KafkaSourceOptions
 from lakehouse.sources.schema import RAW_SCHEMA
@@ -147,3 +148,47 @@ def read_files_stream(
     FilesSourceOptions.from_options({**merged, "path": path})
     register_sources(spark)
     return spark.readStream.format(FILES_SOURCE_NAME).options(**merged).load(path)
+
+
+def read_delta_stream(
+    spark: SparkSession,
+    table: str,
+    *,
+    starting_version: int | Literal["latest"] | None = None,
+    starting_timestamp: str | None = None,
+    max_files_per_trigger: int | None = None,
+    max_bytes_per_trigger: str | None = None,
+    skip_change_commits: bool = False,
+    ignore_deletes: bool = False,
+) -> DataFrame:
+    """Open a streaming DataFrame of raw records over a Delta table's appends (each row's
+    ``value`` is the row as a JSON object; see :mod:`lakehouse.sources.delta`).
+
+    Args:
+        spark: the session (with delta-spark).
+        table: the table's catalog name (``bronze.orders``) or its location (a path or URI;
+            a directory in the working directory as ``./orders``).
+        starting_version: the first version to read, or ``"latest"``; default the whole table.
+            Used only without a checkpoint.
+        starting_timestamp: the first commit at or after this time, instead.
+        max_files_per_trigger: most new files per micro-batch.
+        max_bytes_per_trigger: soft bound on a micro-batch's input (``"1g"``).
+        skip_change_commits: skip commits that update or delete rows instead of failing.
+        ignore_deletes: skip commits that only delete rows.
+
+    Raises:
+        ConfigError: the options are invalid.
+        TableNotFoundError: the table does not exist.
+    """
+    return open_delta_stream(
+        spark,
+        DeltaSourceOptions(
+            table=table,
+            starting_version=starting_version,
+            starting_timestamp=starting_timestamp,
+            max_files_per_trigger=max_files_per_trigger,
+            max_bytes_per_trigger=max_bytes_per_trigger,
+            skip_change_commits=skip_change_commits,
+            ignore_deletes=ignore_deletes,
+        ),
+    )

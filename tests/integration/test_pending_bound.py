@@ -177,14 +177,25 @@ def _probe_files(directory: Path) -> None:
         _write_lines(directory / f"{batch:04d}.jsonl", [json.dumps(r) for r in rows])
 
 
-def _join_config(tmp: Path, name: str, probe: Path) -> Path:
+def _probe_table(spark, table: Path) -> None:
+    """The rows of :func:`_probe_files` as a Delta table, one commit of one file per batch,
+    with their times in pairs: which of two rows of one time is evicted is decided by their
+    positions, so a replay that saw other positions would evict other rows."""
+    for batch in range(3):
+        rows = [(batch * 4 + i, "a", 100 + 1_000 * (batch * 4 + i // 2 * 2)) for i in (3, 1, 0, 2)]
+        frame = spark.createDataFrame(rows, PROBE_SCHEMA).coalesce(1)
+        frame.write.format("delta").mode("append").save(str(table))
+
+
+def _join_config(tmp: Path, name: str, probe: Path, source: str = "files") -> Path:
     out = tmp / name
     cfg = tmp / f"{name}.toml"
+    where = f'path = "{probe}"' if source == "files" else f'delta_table = "{probe}"'
     cfg.write_text(
         '[spark]\nmaster = "local[2]"\n'
         'conf = { "spark.sql.shuffle.partitions" = "2", "spark.ui.enabled" = "false" }\n'
         "[join]\n"
-        f'pipeline_id = "join"\nsource = "files"\npath = "{probe}"\n'
+        f'pipeline_id = "join"\nsource = "{source}"\n{where}\n'
         f'checkpoint = "{out}/checkpoint"\ntrigger = "available-now"\n'
         "max_records_per_trigger = 1\n"
         f'probe_schema = "{PROBE_SCHEMA}"\n'
@@ -204,17 +215,24 @@ def _run_in_process(spark, cfg: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "failpoint",
+    ("failpoint", "source"),
     [
-        "join.after_dead_letters@1",  # batch 1's evictions are dead-lettered, its output is not
-        "join.after_output@1",  # output committed (with the plan), pending not
+        # batch 1's evictions are dead-lettered, its output is not
+        ("join.after_dead_letters@1", "files"),
+        # output committed (with the plan), pending not
+        ("join.after_output@1", "files"),
+        # the same from a Delta table, whose rows' positions are hashes of their content
+        ("join.after_output@1", "delta"),
     ],
 )
-def test_killed_batch_evicts_the_same_rows_once(spark, tmp_path, failpoint):
+def test_killed_batch_evicts_the_same_rows_once(spark, tmp_path, failpoint, source):
     probe = tmp_path / "probe"
-    _probe_files(probe)
-    reference = _join_config(tmp_path, "reference", probe)
-    crashed = _join_config(tmp_path, "crashed", probe)
+    if source == "files":
+        _probe_files(probe)
+    else:
+        _probe_table(spark, probe)
+    reference = _join_config(tmp_path, "reference", probe, source)
+    crashed = _join_config(tmp_path, "crashed", probe, source)
     for name in ("reference", "crashed"):
         write_build_table(
             spark, str(tmp_path / name / "build"), [Version("a", 0, "1", "r", 10)], watermark_ms=9

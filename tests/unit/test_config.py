@@ -78,6 +78,14 @@ def test_config_file_from_environment(tmp_path):
         (JOIN + 'modee = "rowtime"\n', "join.modee", "Extra inputs are not permitted"),
         # a kafka source without topics
         (JOIN.replace('source = "files"', 'source = "kafka"'), "join", "needs topics"),
+        # a delta source without its table; a negative version
+        (JOIN.replace('source = "files"', 'source = "delta"'), "join", "needs delta_table"),
+        (
+            JOIN.replace('source = "files"', 'source = "delta"\ndelta_table = "bronze.orders"')
+            + "starting_version = -3\n",
+            "join.starting_version",
+            r"a table version is 0 or more, or 'latest' \(got -3\)",
+        ),
     ],
 )
 def test_invalid_settings_name_the_setting(tmp_path, text, setting, message):
@@ -135,3 +143,44 @@ def test_a_join_setting_has_one_name_from_toml_to_flag_to_options():
     not_settings |= monitoring
     flags = set(inspect.signature(join).parameters) - not_settings
     assert flags <= config, sorted(flags - config)
+
+
+def test_a_delta_source_takes_deltas_options_and_only_for_the_join(tmp_path):
+    text = JOIN.replace('source = "files"', 'source = "delta"\ndelta_table = "bronze.orders"')
+    settings = load_settings(
+        _file(tmp_path, text + "max_records_per_trigger = 10\nskip_change_commits = true\n"),
+        environ={"LAKEHOUSE_JOIN__STARTING_VERSION": "latest"},
+    )
+    source = settings.join.delta_source
+    assert source.is_name
+    assert source.spark_options == {
+        "startingVersion": "latest",
+        "maxFilesPerTrigger": "10",
+        "skipChangeCommits": "true",
+    }
+    ingest = (
+        '[ingest]\npipeline_id = "i"\nsource = "delta"\ndelta_table = "bronze.cdc"\n'
+        'checkpoint = "/ck"\ndead_letter_table = "/t/dlq"\n[[ingest.tables]]\ntable = "/t/b"\n'
+    )
+    with pytest.raises(ConfigError, match="the ingest reads Debezium records") as err:
+        load_settings(_file(tmp_path, ingest), environ={})
+    assert err.value.setting == "ingest.source"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(table=" "), "needs delta_table"),
+        (dict(table="t", starting_version=2, starting_timestamp="2026-01-01"), "not both"),
+        (dict(table="t", max_files_per_trigger=0), "at least 1"),
+        (dict(table="t", max_bytes_per_trigger="lots"), "is not a size"),
+    ],
+)
+def test_delta_source_options_refuse_what_delta_would_fail_on_later(options, message):
+    from lakehouse.sources import DeltaSourceOptions
+
+    with pytest.raises(ConfigError, match=message):
+        DeltaSourceOptions(**options)
+    assert DeltaSourceOptions(table="./orders", max_bytes_per_trigger="1g").spark_options == {
+        "maxBytesPerTrigger": "1g"
+    }
