@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming import DataStreamWriter
 
 from lakehouse.config import IngestOptions
+from lakehouse.delta.names import register_created
 from lakehouse.errors import ConfigError
-from lakehouse.jobs import JobOptions, guard, job_of
+from lakehouse.jobs import JobOptions, guard, job_of, resolve_tables
 from lakehouse.join.options import JoinOptions
 from lakehouse.lease import DEFAULT_TIMEOUT_MS
 
@@ -241,6 +242,7 @@ class PipelineWriter(DataStreamWriter):
             self._identity = binding_metadata(self._checkpoint)
         with delta.commit_metadata(self._identity):  # every version names its checkpoint
             self._handler(df, batch_id)
+        register_created(self._spark)  # tables given by a name the catalog did not know yet
         failpoint(f"{job_of(self.job_options)}.batch_end", batch_id)
 
 
@@ -276,6 +278,7 @@ def ingest_cdc(
     from lakehouse.dimension.signals import checkpoint_offsets_reader, kafka_offsets_probe
 
     raw = _raw_records(changes, "ingest_cdc")
+    options = resolve_tables(raw.sparkSession, options)
     targets = [
         BuildTarget(
             t.table,
@@ -344,6 +347,7 @@ def temporal_join(
     from lakehouse.join import TemporalJoin
 
     stream = _raw_records(probe, "temporal_join").unionByName(tick_stream(probe))
+    options = resolve_tables(stream.sparkSession, options)
     operator = TemporalJoin(options, clock=clock, on_batch=on_batch, ticks=True)
     return PipelineWriter(stream, options, operator, lease_timeout_ms=lease_timeout_ms)
 

@@ -137,7 +137,7 @@ class StreamConfig(_Model):
     """
     delta_table: str | None = None
     """The Delta table to stream (source `delta`): its catalog name (`bronze.orders`) or its
-    path (`./orders` for a directory here); each row's columns are parsed as `probe_schema`.
+    path; each row's columns are parsed as `probe_schema`.
     """
     starting_offsets: str = "earliest"
     """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}`; used only when the
@@ -231,7 +231,9 @@ class IngestTableConfig(_Model):
     """
 
     table: str
-    """Build table location."""
+    """Build table: its location (a path or URI) or its catalog name (`schema.table`,
+    `catalog.schema.table`; created and registered at the schema's location when new).
+    """
     key: list[str] = Field(default_factory=list)
     """Primary-key columns; default the Debezium record key's fields."""
     source_table: str | None = None

@@ -15,17 +15,21 @@ writes its output, pending and dead-letter tables. Before a query starts on a ch
 4. no other live job writes the tables: it takes their writer lease
    (:func:`lakehouse.lease.acquire`), which the caller holds while the query runs.
 
-The command line runs the same checks before Spark starts, so a mistake costs no JVM start.
+The command line runs the same checks before Spark starts, so a mistake costs no JVM start;
+a job with a table given by catalog name runs them once Spark is up and :func:`resolve_tables`
+has turned the names into locations (every check works on locations).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 from lakehouse.config import IngestOptions
 from lakehouse.join.options import JoinOptions
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from lakehouse.lease import WriterLease
     from lakehouse.table_kinds import TableKind
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 Job = Literal["ingest", "join"]
 #: The options of either job.
 JobOptions = IngestOptions | JoinOptions
+J = TypeVar("J", bound=IngestOptions | JoinOptions)
 
 
 def job_of(options: JobOptions) -> Job:
@@ -77,6 +82,40 @@ def table_roles(options: JobOptions) -> list[TableRole]:
             TableKind.DEAD_LETTER,
         ),
     ]
+
+
+def has_catalog_names(options: JobOptions) -> bool:
+    """Whether a table of the job is given by catalog name (:mod:`lakehouse.delta.names`):
+    then the checks run once Spark is up and the names are resolved."""
+    from lakehouse.delta.names import is_catalog_name
+
+    return any(is_catalog_name(role.uri) for role in table_roles(options))
+
+
+def resolve_tables(spark: SparkSession, options: J) -> J:
+    """``options`` with each table given by catalog name replaced by its location
+    (:func:`lakehouse.delta.names.resolve`); the same object when every table is a location.
+
+    Raises:
+        ConfigError: a name is a table of another format, or its schema does not exist.
+    """
+    from lakehouse.delta.names import resolve
+
+    if not has_catalog_names(options):
+        return options
+    if isinstance(options, IngestOptions):
+        tables = [
+            t.model_copy(
+                update={"table": resolve(spark, t.table, setting=f"ingest.tables[{n}].table")}
+            )
+            for n, t in enumerate(options.tables)
+        ]
+        dead = resolve(spark, options.dead_letter_table, setting="ingest.dead_letter_table")
+        return options.model_copy(update={"tables": tables, "dead_letter_table": dead})
+    fields = ("build_table", "output_table", "pending_table", "dead_letter_table")
+    return options.model_copy(
+        update={f: resolve(spark, getattr(options, f), setting=f"join.{f}") for f in fields}
+    )
 
 
 def written_tables(options: JobOptions) -> list[str]:

@@ -509,6 +509,19 @@ def start_ingest(
     )
 
 
+def resolve_settings(spark: SparkSession, settings: Settings, command: Job) -> Settings:
+    """``settings`` with the ``command`` job's tables given by catalog name replaced by their
+    locations (:func:`lakehouse.jobs.resolve_tables`).
+
+    Raises:
+        ConfigError: a name is a table of another format, or its schema does not exist.
+    """
+    cfg = job_settings(settings, command)
+    if cfg is None:
+        return settings
+    return settings.model_copy(update={command: jobs.resolve_tables(spark, cfg)})
+
+
 def job_settings(settings: Settings, command: Job) -> IngestConfig | JoinConfig | None:
     """The ``[ingest]`` or ``[join]`` section of ``settings``."""
     return settings.ingest if command == "ingest" else settings.join

@@ -28,6 +28,56 @@ def spark_for(settings: Settings) -> SparkSession:
     return get_spark(app_name="lakehouse", master=settings.spark.master, conf=settings.spark.conf)
 
 
+def with_locations(settings: Settings) -> Settings:
+    """``settings`` with each table given by catalog name replaced by its location, resolved
+    through the catalog of a Spark session started for it (:mod:`lakehouse.delta.names`);
+    ``settings`` itself, and no Spark, when every table is a location.
+
+    Raises:
+        ConfigError: a name is a table of another format, or its schema does not exist.
+    """
+    from lakehouse.delta.names import is_catalog_name, resolve
+    from lakehouse.jobs import has_catalog_names, resolve_tables
+
+    update: dict[str, Any] = {}
+    spark: SparkSession | None = None
+    for cfg in (settings.ingest, settings.join):
+        if cfg is not None and has_catalog_names(cfg):
+            spark = spark or spark_for(settings)
+            update["ingest" if cfg is settings.ingest else "join"] = resolve_tables(spark, cfg)
+    lineage = settings.maintenance.lineage_outputs
+    if any(is_catalog_name(t) for t in lineage):
+        spark = spark or spark_for(settings)
+        located = [resolve(spark, t, setting="maintenance.lineage_outputs") for t in lineage]
+        update["maintenance"] = settings.maintenance.model_copy(update={"lineage_outputs": located})
+    return settings.model_copy(update=update) if update else settings
+
+
+def table_location(table: str, *, setting: str = "TABLE", settings: Settings | None = None) -> str:
+    """The location of a table given on the command line: itself, or for a catalog name the
+    location the catalog records (a Spark session is started for it, with the ``[spark]``
+    settings of ``settings``, else ``LAKEHOUSE_SPARK_CONF``'s: the catalog's among them).
+
+    Raises:
+        TableNotFoundError: the catalog has no table of that name.
+        ConfigError: the name is a table of another format.
+    """
+    from lakehouse.delta.names import is_catalog_name, resolve
+    from lakehouse.errors import TableNotFoundError
+    from lakehouse.spark import get_spark
+
+    if not is_catalog_name(table):
+        return table
+    spark = spark_for(settings) if settings is not None else get_spark(app_name="lakehouse")
+    if not spark.catalog.tableExists(table):
+        raise TableNotFoundError(
+            f"no table {table!r} in Spark's catalog ({setting}): check the name, or give the "
+            "table's location (a directory whose name has a dot as ./name)",
+            table_uri=table,
+        )
+    return resolve(spark, table, setting=setting)
+
+
 def flag_overrides(**flags: Any) -> dict[str, Any]:
     """The flags the user gave (not None, not empty), as configuration overrides."""
     return {k: v for k, v in flags.items() if v not in (None, [], ())}
@@ -77,8 +127,8 @@ def _require_delta_source(table: str) -> None:
     import os
 
     from lakehouse import delta
+    from lakehouse.delta.names import is_catalog_name
     from lakehouse.errors import ConfigError
-    from lakehouse.sources.delta import is_catalog_name
 
     path = None if is_catalog_name(table) else delta.local_path(table)
     if path is not None and not delta.table_exists(table):

@@ -11,6 +11,8 @@ from lakehouse.cli._app import ConfigOpt, app, console
 from lakehouse.cli._shared import (
     short,
     spark_for,
+    table_location,
+    with_locations,
 )
 from lakehouse.errors import ConfigError
 from lakehouse.jobs import Job
@@ -64,7 +66,7 @@ def _same_table(a: str, b: str) -> bool:
 
 @app.command("compact")
 def compact_command(
-    table: Annotated[str, typer.Argument(help="Build table location.")],
+    table: Annotated[str, typer.Argument(help="Build table: its location or catalog name.")],
     retention: Annotated[
         str | None,
         typer.Option(help="History to keep behind the build watermark: 7d, 12h, 30m, 90s, ms."),
@@ -92,7 +94,8 @@ def compact_command(
     from lakehouse.maintenance.compact import join_watermark
     from lakehouse.time import WATERMARK_MIN, format_epoch_ms
 
-    settings = load_settings(config)
+    settings = with_locations(load_settings(config))
+    table = table_location(table, settings=settings)
     if retention is None and horizon is None and settings.maintenance.compact_retention_ms:
         retention = str(settings.maintenance.compact_retention_ms)
     if (retention is None) == (horizon is None):
@@ -162,7 +165,9 @@ def compact_command(
 
 @app.command("vacuum")
 def vacuum_command(
-    table: Annotated[str, typer.Argument(help="A lakehouse Delta table location.")],
+    table: Annotated[
+        str, typer.Argument(help="A lakehouse Delta table: its location or catalog name.")
+    ],
     config: ConfigOpt = None,
     output: Annotated[
         list[str] | None,
@@ -186,8 +191,9 @@ def vacuum_command(
     from lakehouse.config import load_settings
     from lakehouse.maintenance import vacuum_table
 
-    settings = load_settings(config)
-    outputs = list(output or [])
+    settings = with_locations(load_settings(config))
+    table = table_location(table, settings=settings)
+    outputs = [table_location(o, setting="--output", settings=settings) for o in output or []]
     j = settings.join
     if j is not None and _same_table(j.build_table, table):
         outputs.append(j.output_table)
@@ -251,13 +257,14 @@ def repair_command(
     """Repair a job's damaged checkpoint or table files; a dry run unless --apply.
 
     Damaged files are set aside, never deleted; docs/operations/recovery.md says what each
-    repair does. Stop the job first. Needs no Spark."""
+    repair does. Stop the job first. Needs no Spark (but for tables given by catalog name,
+    whose locations the catalog has)."""
     from lakehouse.config import load_settings
     from lakehouse.jobs import damage_checked
     from lakehouse.recovery import apply, plan_repair
     from lakehouse.runner import job_settings
 
-    settings = load_settings(config)
+    settings = with_locations(load_settings(config))
     cfg = job_settings(settings, job)
     if cfg is None:
         raise ConfigError(f"the configuration has no [{job}] section", setting=job)

@@ -12,6 +12,7 @@ from lakehouse.cli._app import ConfigOpt, app, console
 from lakehouse.cli._shared import (
     flag_overrides,
     spark_for,
+    with_locations,
 )
 from lakehouse.errors import ConfigError
 from lakehouse.join.layout import META_BATCH_ID
@@ -50,6 +51,7 @@ def quality(
             )
         },
     )
+    settings = with_locations(settings)
     j = settings.join
     if j is None:
         raise ConfigError(

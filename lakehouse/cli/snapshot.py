@@ -12,6 +12,8 @@ from rich.table import Table
 from lakehouse.cli._app import ConfigOpt, app, console
 from lakehouse.cli._shared import (
     spark_for,
+    table_location,
+    with_locations,
 )
 from lakehouse.table_kinds import TableKind, check_kind
 
@@ -19,12 +21,16 @@ from lakehouse.table_kinds import TableKind, check_kind
 
 
 @app.command("snapshot-status")
-def snapshot_status(table: Annotated[str, typer.Argument(help="Build table location.")]) -> None:
+def snapshot_status(
+    table: Annotated[str, typer.Argument(help="Build table: its location or catalog name.")],
+) -> None:
     """Show a build table's snapshot state: loading, complete or re-snapshot.
 
     Also the signal that set the marker and when, pending signals and what they wait for, and
     any alert (ABORTED or SKIPPED snapshots)."""
     from lakehouse.dimension import snapshot_status as read_status
+
+    table = table_location(table)
 
     check_kind(table, TableKind.BUILD, setting="TABLE")
     status = read_status(table)
@@ -43,13 +49,15 @@ def snapshot_status(table: Annotated[str, typer.Argument(help="Build table locat
 
 @app.command("snapshot-complete")
 def snapshot_complete(
-    table: Annotated[str, typer.Argument(help="Build table location.")],
+    table: Annotated[str, typer.Argument(help="Build table: its location or catalog name.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
 ) -> None:
     """Operator override: mark a build table's snapshot complete, or end a re-snapshot.
 
     For sources that cannot signal it. Recorded in the table's history with the reason."""
     from lakehouse.dimension import operator_complete
+
+    table = table_location(table)
 
     check_kind(table, TableKind.BUILD, setting="TABLE")
     version = operator_complete(table, reason=reason)
@@ -63,7 +71,7 @@ def snapshot_complete(
 
 @app.command("schema-resolve")
 def schema_resolve(
-    table: Annotated[str, typer.Argument(help="Build table location.")],
+    table: Annotated[str, typer.Argument(help="Build table: its location or catalog name.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the table's history).")],
     dead_letter_table: Annotated[
         str | None,
@@ -85,9 +93,14 @@ def schema_resolve(
     from lakehouse.config import load_settings
     from lakehouse.dimension.schema_block import resolve
 
-    settings = load_settings(config)
+    settings = with_locations(load_settings(config))
     if dead_letter_table is None and settings.ingest is not None:
         dead_letter_table = settings.ingest.dead_letter_table
+    table = table_location(table, settings=settings)
+    if dead_letter_table is not None:
+        dead_letter_table = table_location(
+            dead_letter_table, setting="--dead-letter-table", settings=settings
+        )
     check_kind(table, TableKind.BUILD, setting="TABLE", must_exist=True)
     if dead_letter_table is not None:
         check_kind(dead_letter_table, TableKind.DEAD_LETTER, setting="--dead-letter-table")

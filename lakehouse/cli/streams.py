@@ -131,7 +131,8 @@ def ingest(
 ) -> None:
     """Ingest a Debezium CDC stream into versioned Delta build tables."""
     from lakehouse.config import load_settings
-    from lakehouse.runner import check_damage, check_table_kinds, start_ingest
+    from lakehouse.jobs import has_catalog_names
+    from lakehouse.runner import check_damage, check_table_kinds, resolve_settings, start_ingest
 
     ingest_flags = flag_overrides(
         source=source,
@@ -166,12 +167,17 @@ def ingest(
     assert settings.ingest is not None  # the flags' overrides make the section
     set_log_format(settings.monitoring.log_format)
     require_source(settings, "ingest")
-    refuse_if_written(settings, "ingest", take_over)
-    check_damage(settings, "ingest")  # before Spark starts
-    check_table_kinds(settings, "ingest")
+    named = has_catalog_names(settings.ingest)
+    if not named:  # catalog names need Spark: start() checks those after resolving them
+        refuse_if_written(settings, "ingest", take_over)
+        check_damage(settings, "ingest")  # before Spark starts
+        check_table_kinds(settings, "ingest")
     with monitored(settings, settings.ingest.pipeline_id) as (progress, on_spark):
         spark = spark_for(settings)
         on_spark(spark)
+        if named:
+            settings = resolve_settings(spark, settings, "ingest")
+        assert settings.ingest is not None
         query = start_ingest(
             spark, settings, on_batch=progress.ingest, take_over=take_over, on_notice=notice
         )
@@ -316,7 +322,13 @@ def join(
 ) -> None:
     """Join a probe stream with a build table, as of row time or processing time."""
     from lakehouse.config import load_settings
-    from lakehouse.runner import check_damage, check_join_key, check_table_kinds
+    from lakehouse.jobs import has_catalog_names
+    from lakehouse.runner import (
+        check_damage,
+        check_join_key,
+        check_table_kinds,
+        resolve_settings,
+    )
 
     flags = flag_overrides(
         source=source,
@@ -365,14 +377,21 @@ def join(
     assert settings.join is not None  # the flags' overrides make the section
     set_log_format(settings.monitoring.log_format)
     require_source(settings, "join")
-    require_build_table(settings.join.build_table, wait=wait_for_build)
-    refuse_if_written(settings, "join", take_over)
-    check_damage(settings, "join")  # before Spark starts
-    check_table_kinds(settings, "join")
-    check_join_key(settings)
+    named = has_catalog_names(settings.join)
+    if not named:  # catalog names need Spark: these run once they are resolved
+        require_build_table(settings.join.build_table, wait=wait_for_build)
+        refuse_if_written(settings, "join", take_over)
+        check_damage(settings, "join")  # before Spark starts
+        check_table_kinds(settings, "join")
+        check_join_key(settings)
     with monitored(settings, settings.join.pipeline_id) as (progress, on_spark):
         spark = spark_for(settings)
         on_spark(spark)
+        if named:
+            settings = resolve_settings(spark, settings, "join")
+            assert settings.join is not None
+            require_build_table(settings.join.build_table, wait=wait_for_build)
+            check_join_key(settings)
         _run_join(spark, settings, progress, take_over=take_over)
 
 

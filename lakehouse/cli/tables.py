@@ -15,6 +15,8 @@ from lakehouse.cli._shared import (
     notice,
     short,
     spark_for,
+    table_location,
+    with_locations,
 )
 from lakehouse.delta import local_path
 from lakehouse.delta.query import query as run_local
@@ -42,12 +44,16 @@ if TYPE_CHECKING:
 
 @app.command()
 def status(
-    table: Annotated[str, typer.Argument(help="A lakehouse Delta table location.")],
+    table: Annotated[
+        str, typer.Argument(help="A lakehouse Delta table: its location or catalog name.")
+    ],
     batches: Annotated[int, typer.Option(help="How many recent commits to show.")] = 10,
 ) -> None:
     """Show a table's marker, versions, watermark, backlog and recent batches."""
     from lakehouse import delta
     from lakehouse.progress import describe_watermark
+
+    table = table_location(table)
 
     version = delta.latest_version(table)
     props = delta.get_properties(table)
@@ -209,7 +215,7 @@ def sql(
     first = query.strip().split(None, 1)[0].lower() if query.strip() else ""
     if first not in READ_ONLY_STATEMENTS:
         raise ConfigError(_not_a_query(first), setting="query")
-    settings = load_settings(config)
+    settings = with_locations(load_settings(config))
     views = _project_tables(settings)
     given: dict[str, str] = {}
     for item in table or []:

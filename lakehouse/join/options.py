@@ -49,7 +49,9 @@ class JoinOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     build_table: str
-    """The versioned build table the ingest writes."""
+    """The versioned build table the ingest writes. Each table setting is a location (a path or
+    URI) or a catalog name (`schema.table`, `catalog.schema.table`).
+    """
     output_table: str
     """Where joined rows are appended."""
     pending_table: str

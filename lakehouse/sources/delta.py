@@ -34,16 +34,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
+from lakehouse.delta.names import is_catalog_name
 from lakehouse.errors import ConfigError, SourceError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DELTA_SOURCE_NAME: Final = "delta"
-
-#: A catalog table name: one to three dot-separated identifiers (plain or back-quoted).
-_NAME_PART = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
-_CATALOG_NAME = re.compile(rf"^{_NAME_PART}(?:\.{_NAME_PART}){{0,2}}$")
 
 #: Delta's error classes for a commit the streaming source cannot pass on as appends.
 _CHANGE_ERRORS: Final = ("DELTA_SOURCE_TABLE_IGNORE_CHANGES", "DELTA_SOURCE_IGNORE_DELETE")
@@ -53,21 +50,6 @@ _JSON_OPTIONS: Final = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
 }
-
-
-def is_catalog_name(table: str) -> bool:
-    """Whether ``table`` names a table in Spark's catalog rather than giving its location.
-
-    A name is one to three dot-separated identifiers (``orders``, ``bronze.orders``,
-    ``main.bronze.orders``, back-quoted parts allowed); anything with a ``/`` or a URI
-    scheme is a path. Write a directory in the working directory as ``./orders``.
-
-    >>> [is_catalog_name(t) for t in ("bronze.orders", "main.`my-schema`.orders")]
-    [True, True]
-    >>> [is_catalog_name(t) for t in ("tables/orders", "./orders", "s3://b/orders", "a.b.c.d")]
-    [False, False, False, False]
-    """
-    return bool(_CATALOG_NAME.match(table))
 
 
 @dataclass(frozen=True)
@@ -169,8 +151,8 @@ def open_delta_stream(spark: SparkSession, options: DeltaSourceOptions) -> DataF
                 f"a Delta table is in the directory ./{options.table}: write "
                 f"'./{options.table}' to read it by path"
                 if here
-                else "check the name, or give the table's path (a name is one to three "
-                "dot-separated identifiers; write a directory as ./name)"
+                else "check the name, or give the table's path (a name is schema.table or "
+                "catalog.schema.table; write a directory whose name has a dot as ./name)"
             )
             raise TableNotFoundError(
                 f"no table {options.table!r} in Spark's catalog (join.delta_table); {fix}",

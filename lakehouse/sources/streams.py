@@ -167,7 +167,7 @@ def read_delta_stream(
     Args:
         spark: the session (with delta-spark).
         table: the table's catalog name (``bronze.orders``) or its location (a path or URI;
-            a directory in the working directory as ``./orders``).
+            see :func:`lakehouse.delta.names.is_catalog_name`).
         starting_version: the first version to read, or ``"latest"``; default the whole table.
             Used only without a checkpoint.
         starting_timestamp: the first commit at or after this time, instead.

@@ -117,7 +117,7 @@ def _answer(spark, options: JoinOptions) -> list[tuple]:
 def test_a_delta_table_by_name_joins_to_the_readme_answer_once(spark, readme):
     bronze = readme / "bronze/orders"
     _orders(spark, readme, {1, 2, 3}).write.format("delta").save(str(bronze))
-    spark.sql("CREATE SCHEMA IF NOT EXISTS lakehouse_test")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS lakehouse_test LOCATION '{readme}/schema'")
     spark.sql(f"CREATE TABLE lakehouse_test.orders USING delta LOCATION '{bronze}'")
     try:
         options = _options(readme, "orders_delta")
@@ -154,7 +154,7 @@ def test_a_delta_table_by_name_joins_to_the_readme_answer_once(spark, readme):
         run(until_complete=True, build_complete=True)
         assert len(_answer(spark, options)) == 5
     finally:
-        spark.sql("DROP TABLE IF EXISTS lakehouse_test.orders")
+        spark.sql("DROP SCHEMA IF EXISTS lakehouse_test CASCADE")
 
     with pytest.raises(TableNotFoundError, match=r"no table 'lakehouse_test\.missing'"):
         lakehouse.read_delta_stream(spark, "lakehouse_test.missing")
