@@ -62,14 +62,14 @@ def table_location(table: str, *, setting: str = "TABLE", settings: Settings | N
         TableNotFoundError: the catalog has no table of that name.
         ConfigError: the name is a table of another format.
     """
-    from lakehouse.delta.names import is_catalog_name, resolve
+    from lakehouse.delta.names import in_catalog, is_catalog_name, resolve
     from lakehouse.errors import TableNotFoundError
     from lakehouse.spark import get_spark
 
     if not is_catalog_name(table):
         return table
     spark = spark_for(settings) if settings is not None else get_spark(app_name="lakehouse")
-    if not spark.catalog.tableExists(table):
+    if not in_catalog(spark, table, setting=setting):
         raise TableNotFoundError(
             f"no table {table!r} in Spark's catalog ({setting}): check the name, or give the "
             "table's location (a directory whose name has a dot as ./name)",

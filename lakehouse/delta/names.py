@@ -63,6 +63,27 @@ def name_parts(name: str) -> list[str]:
     return [p.strip("`") for p in re.findall(_NAME_PART, name)]
 
 
+def in_catalog(spark: SparkSession, name: str, *, setting: str) -> bool:
+    """Whether Spark's catalog has a table of that name.
+
+    Raises:
+        ConfigError: the name's catalog is not one of the session's.
+    """
+    try:
+        return bool(spark.catalog.tableExists(name))
+    except Exception as e:
+        text = str(e)
+        if not any(c in text for c in ("REQUIRES_SINGLE_PART_NAMESPACE", "CATALOG_NOT_FOUND")):
+            raise
+        catalog = name_parts(name)[0]
+        raise ConfigError(
+            f"table {name!r} ({setting}) is in catalog {catalog!r}, which this Spark session "
+            f"does not have: configure it (spark.sql.catalog.{catalog}), or name the table as "
+            "schema.table in the session's catalog",
+            setting=setting,
+        ) from None
+
+
 def resolve(spark: SparkSession, table: str, *, setting: str) -> str:
     """The location of ``table``: itself for a location; for a catalog name, the location of
     the Delta table the catalog names, or, when there is none yet, where the job creates it
@@ -75,7 +96,7 @@ def resolve(spark: SparkSession, table: str, *, setting: str) -> str:
         return table
     from lakehouse.delta.log import table_exists
 
-    if spark.catalog.tableExists(table):
+    if in_catalog(spark, table, setting=setting):
         detail = spark.sql(f"DESCRIBE DETAIL {table}").select("format", "location").first()
         if detail is None or (detail["format"] or "").lower() != "delta":
             kind = None if detail is None else detail["format"]
@@ -118,7 +139,12 @@ def register_created(spark: SparkSession) -> list[str]:
 
 def _register(spark: SparkSession, name: str, location: str) -> None:
     quoted = location.replace("\\", "\\\\").replace("'", "\\'")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{quoted}'")
+    try:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{quoted}'")
+    except Exception as e:
+        # another job (the ingest and a join of its build table) registered it meanwhile
+        if "ALREADY_EXISTS" not in str(e) and "AlreadyExists" not in str(e):
+            raise
 
 
 def _default_location(spark: SparkSession, name: str, *, setting: str) -> str:

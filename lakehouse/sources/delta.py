@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from lakehouse.delta.names import is_catalog_name
+from lakehouse.delta.names import in_catalog, is_catalog_name
 from lakehouse.errors import ConfigError, SourceError, TableNotFoundError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def open_delta_stream(spark: SparkSession, options: DeltaSourceOptions) -> DataF
 
     reader = spark.readStream.format(DELTA_SOURCE_NAME).options(**options.spark_options)
     if options.is_name:
-        if not spark.catalog.tableExists(options.table):
+        if not in_catalog(spark, options.table, setting="join.delta_table"):
             here = delta.table_exists(f"./{options.table}", spark=spark)
             fix = (
                 f"a Delta table is in the directory ./{options.table}: write "

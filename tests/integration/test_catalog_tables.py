@@ -205,6 +205,9 @@ def test_names_resolve_through_the_session_catalog(spark, tmp_path):
         spark.sql("DROP SCHEMA IF EXISTS lakehouse_names CASCADE")
     with pytest.raises(ConfigError, match=r"CREATE SCHEMA lakehouse_absent\)"):
         resolve(spark, "lakehouse_absent.prices", setting="join.build_table")
+    with pytest.raises(ConfigError, match=r"spark\.sql\.catalog\.main\)") as err:
+        resolve(spark, "main.bronze.prices", setting="join.output_table")
+    assert "is in catalog 'main', which this Spark session does not have" in str(err.value)
 
 
 def _join_options(build: str, tmp: Path):
