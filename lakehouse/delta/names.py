@@ -7,13 +7,14 @@ metastore, or any catalog Spark names tables with), and works on the locations f
 so the marker, the commit metadata, the writer lease and the recovery checks are the same for
 a named table as for a path.
 
-A name that the catalog does not know yet is a table the job creates: its location is the
-schema's default one (``<schema location>/<table name>``, as Spark's catalog would place a
-managed table), and once a batch has created the Delta table there it is registered under
-its name (``CREATE TABLE ... USING delta LOCATION``: an external table of the catalog, so
-``DROP TABLE`` leaves its files). A job that stopped between the two registers it on its next
-start. A catalog that refuses access by path (Unity Catalog's managed tables) needs the
-tables created as external tables first.
+A name that the catalog does not know yet is a table the job creates: its location is
+``<spark.lakehouse.tables.location>/<schema>/<table>`` when that Spark setting is given (the
+place for new tables on Unity Catalog: an external location), else the schema's default one
+(``<schema location>/<table>``, as Spark's catalog would place a managed table). Once a batch
+has created the Delta table there it is registered under its name (``CREATE TABLE ... USING
+delta LOCATION``: an external table of the catalog, so ``DROP TABLE`` leaves its files). A
+job that stopped between the two registers it on its next start. A catalog that refuses
+access by path to its managed tables (Unity Catalog) takes external tables only.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 #: One part of a catalog name: an identifier, or any text in back-quotes.
 _NAME_PART: Final = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
 _CATALOG_NAME: Final = re.compile(rf"^{_NAME_PART}(?:\.{_NAME_PART}){{1,2}}$")
+
+#: Spark setting: where a job creates the tables it is given by a name the catalog does not
+#: know yet (``<this>/<schema>/<table>``); default the schema's own location.
+TABLES_LOCATION_CONF: Final = "spark.lakehouse.tables.location"
 
 _lock = threading.Lock()
 #: Per session: the names resolved to a location where no table is yet (name -> location).
@@ -148,9 +153,13 @@ def _register(spark: SparkSession, name: str, location: str) -> None:
 
 
 def _default_location(spark: SparkSession, name: str, *, setting: str) -> str:
-    """Where Spark's catalog would place a managed table of that name."""
+    """Where a new table of that name goes: under :data:`TABLES_LOCATION_CONF`, else where
+    Spark's catalog would place a managed table of that name."""
     parts = name_parts(name)
-    schema_parts = parts[:-1] or [spark.catalog.currentDatabase()]
+    root = (spark.conf.get(TABLES_LOCATION_CONF, None) or "").strip()
+    if root:
+        return _local(f"{root.rstrip('/')}/{parts[-2]}/{parts[-1].lower()}")
+    schema_parts = parts[:-1]
     schema = ".".join(f"`{p}`" for p in schema_parts)
     try:
         rows = spark.sql(f"DESCRIBE SCHEMA EXTENDED {schema}").collect()

@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 from helpers import lakehouse_command
 
-from lakehouse.delta.names import is_catalog_name, register_created, resolve
+from lakehouse.delta.names import (
+    TABLES_LOCATION_CONF,
+    is_catalog_name,
+    register_created,
+    resolve,
+)
 from lakehouse.errors import ConfigError
 from lakehouse.jobs import has_catalog_names, resolve_tables
 
@@ -196,6 +201,15 @@ def test_names_resolve_through_the_session_catalog(spark, tmp_path):
         options = resolve_tables(spark, _join_options("lakehouse_names.prices", tmp_path))
         assert options.build_table == location
         assert options.output_table == str(tmp_path / "out")
+        # with a place for new tables (Unity Catalog's external location), there
+        spark.conf.set(TABLES_LOCATION_CONF, f"{tmp_path}/external/")
+        try:
+            placed = resolve(spark, "lakehouse_names.Orders", setting="join.output_table")
+        finally:
+            spark.conf.unset(TABLES_LOCATION_CONF)
+        assert placed == f"{tmp_path}/external/lakehouse_names/orders"
+        spark.range(1).write.format("delta").save(placed)
+        assert register_created(spark) == ["lakehouse_names.Orders"]  # nothing left waiting
         # a table of another format is refused, naming the setting
         spark.sql("CREATE TABLE lakehouse_names.csv_table (a INT) USING csv")
         with pytest.raises(ConfigError, match="is a csv table") as err:

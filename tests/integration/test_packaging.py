@@ -82,14 +82,31 @@ def test_a_wheel_install_without_the_jars_says_where_they_come_from(installed_wh
     assert "LAKEHOUSE_JVM_DIR" in done.stderr and "Traceback" not in done.stderr
 
 
+#: The workspace's catalog, and the local one its tables are named in here: Spark's session
+#: catalog, on a Hive metastore (three-level names work in both).
+WORKSPACE_CATALOG, LOCAL_CATALOG = "main.lakehouse.", "spark_catalog.lakehouse."
+
+
+def _local_names(text: str) -> str:
+    return text.replace(WORKSPACE_CATALOG, LOCAL_CATALOG)
+
+
 def _local_config(source: Path, out: Path, data_root: str, bootstrap: str) -> None:
     """The bundle's configuration file with the workspace's places replaced by local ones:
-    the data root by a folder, the brokers by the test broker (no SASL), Spark local."""
-    text = source.read_text().replace("/Volumes/main/lakehouse/data", data_root)
+    the volume and the external location by folders, the catalog by a Hive metastore
+    (embedded Derby), the brokers by the test broker (no SASL), Spark local."""
+    text = _local_names(source.read_text().replace("/Volumes/main/lakehouse/data", data_root))
     settings = tomllib.loads(text)
     text = re.sub(r"(?m)^options = .*\n", "", text)
     text = text.replace(settings["kafka"]["bootstrap_servers"], bootstrap)
-    spark = '[spark]\nmaster = "local[2]"\nconf = { "spark.sql.shuffle.partitions" = "2" }\n\n'
+    metastore = f"jdbc:derby:;databaseName={data_root}/metastore_db;create=true"
+    spark = (
+        '[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "2"\n'
+        '"spark.sql.catalogImplementation" = "hive"\n'
+        f'"spark.hadoop.javax.jdo.option.ConnectionURL" = "{metastore}"\n'
+        f'"spark.sql.warehouse.dir" = "{data_root}/warehouse"\n'
+        f'"spark.lakehouse.tables.location" = "{data_root}/tables"\n\n'
+    )
     out.write_text(spark + text)
 
 
@@ -124,6 +141,19 @@ def test_every_task_of_the_bundle_runs_from_the_wheel(installed_wheel, kafka_bro
             create_topic(kafka_broker, topic, 1)
     produce(kafka_broker, cdc_topic, [r for w in demo.waves for r in w.cdc])
     produce(kafka_broker, "orders", [r for w in demo.waves for r in w.orders])
+    # the schema of the tables is the workspace admin's to create (CREATE SCHEMA main.lakehouse)
+    schema = installed_wheel.run(
+        [
+            "python",
+            "-c",
+            "import lakehouse\n"
+            f"settings = lakehouse.load_settings({str(config_dir / 'lakehouse.toml')!r})\n"
+            "spark = lakehouse.get_spark(master='local[1]', conf=settings.spark.conf)\n"
+            f"spark.sql('CREATE SCHEMA {LOCAL_CATALOG.rstrip('.')}')\n",
+        ],
+        cwd=tmp_path,
+    )
+    assert schema.returncode == 0, schema.stderr[-3000:]
 
     order = [
         ("lakehouse_ingest", "ingest"),
@@ -142,14 +172,16 @@ def test_every_task_of_the_bundle_runs_from_the_wheel(installed_wheel, kafka_bro
         assert wheel_task["package_name"] == distribution
         assert f"{wheel_task['entry_point']} = " in console_scripts
         assert [lib["whl"] for lib in task["libraries"]] == ["../dist/*.whl"]
-        args = [_substitute(a, variables) for a in wheel_task["parameters"]]
+        args = [_local_names(_substitute(a, variables)) for a in wheel_task["parameters"]]
         if "continuous" in jobs[job]:
             args += ["--trigger", "available-now"]  # the one change: a run that ends
         done = installed_wheel.run([wheel_task["entry_point"], *args], cwd=tmp_path)
         assert done.returncode == 0, f"{job}.{key} {args}: {done.stderr[-3000:]}"
 
-    # what the jobs made: the build table complete, both joins' output, the reports
-    tables = Path(data_root) / "tables"
+    # what the jobs made: the build table complete, both joins' output, the reports; each
+    # table at <tables_location>/<schema>/<table>, under its name in the metastore (compact and
+    # vacuum found the build table by it)
+    tables = Path(data_root) / "tables" / "lakehouse"
     assert delta.get_properties(str(tables / "rates"))["lakehouse.snapshot.complete"] == "true"
     for mode in ("rowtime", "proctime"):
         summary = json.loads((Path(data_root) / f"quality/orders_{mode}/summary.json").read_text())
