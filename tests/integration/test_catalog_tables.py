@@ -2,7 +2,8 @@
 backed by a Hive metastore (embedded Derby under a temporary directory), as a Databricks
 workspace's ``hive_metastore`` or any Spark catalog names tables.
 
-The README's example runs with every table named ``lakehouse_test.<table>``: the ingest
+The README's example runs with every table named ``lakehouse_test.<table>``, configured as
+the documentation's worked example (docs/guides/catalog-tables.md) says: the ingest
 creates the build and dead-letter tables at the schema's location and registers them; the join,
 a new process and a new SparkSession, finds the build table by name and creates its own tables
 the same way; a third session reads every table by name. The refusals (a schema that does not
@@ -32,6 +33,7 @@ from lakehouse.jobs import has_catalog_names, resolve_tables
 pytestmark = pytest.mark.spark
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs/guides/catalog-tables.md"
 
 
 def _readme_block(folder: str) -> str:
@@ -42,52 +44,13 @@ def _readme_block(folder: str) -> str:
     return text[start : text.index("JSON\n", start)]
 
 
-def _derby(tmp: Path) -> str:
-    """The embedded metastore's database, made on first use."""
-    return f"jdbc:derby:;databaseName={tmp}/metastore_db;create=true"
-
-
 def _config(tmp: Path) -> Path:
+    """The configuration of the documentation's worked example, word for word (its metastore
+    and warehouse are relative: here, under ``tmp``)."""
+    text = GUIDE.read_text()
+    start = text.index("```toml\n") + len("```toml\n")
     cfg = tmp / "lakehouse.toml"
-    cfg.write_text(
-        f"""
-[spark]
-master = "local[2]"
-
-[spark.conf]
-"spark.sql.catalogImplementation" = "hive"
-"spark.hadoop.javax.jdo.option.ConnectionURL" = "{_derby(tmp)}"
-"spark.sql.warehouse.dir" = "{tmp}/warehouse"
-"spark.ui.enabled" = "false"
-
-[ingest]
-pipeline_id = "prices"
-source = "files"
-path = "cdc"
-checkpoint = "state/ingest"
-trigger = "available-now"
-dead_letter_table = "lakehouse_test.prices_dead_letter"
-
-[[ingest.tables]]
-table = "lakehouse_test.prices"
-key = ["region", "sku"]
-
-[join]
-pipeline_id = "orders"
-source = "files"
-path = "orders"
-checkpoint = "state/join"
-probe_schema = "order_id bigint, region string, sku string, order_ts timestamp"
-probe_key = ["region", "sku"]
-probe_time = "order_ts"
-probe_id = "order_id"
-join_type = "left"
-build_table = "lakehouse_test.prices"
-output_table = "lakehouse_test.orders_enriched"
-pending_table = "lakehouse_test.orders_pending"
-dead_letter_table = "lakehouse_test.orders_dead_letter"
-"""
-    )
+    cfg.write_text(text[start : text.index("```", start)])
     return cfg
 
 
