@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,27 @@ def comparable_summary(summary_path: Path, report_dir: Path) -> dict[str, Any]:
     )
     del summary["run"]["started_at"], summary["run"]["duration_s"]
     return summary
+
+
+#: The README, whose worked example several tests run.
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_block(folder: str) -> str:
+    """The README tutorial's ``<folder>/0001.jsonl`` (``cdc`` or ``orders``), from its first
+    block."""
+    text = README.read_text()
+    opening = f"cat > {folder}/0001.jsonl <<'JSON'\n"
+    start = text.index(opening) + len(opening)
+    return text[start : text.index("JSON\n", start)]
+
+
+def wait_for_lease_release(table: str) -> None:
+    """Wait for the lease watcher (it polls every second) to give a stopped job's lease back."""
+    from lakehouse.lease import read_lease
+
+    for _ in range(300):
+        if read_lease(table) is None:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the lease of {table} was not released: {read_lease(table)}")

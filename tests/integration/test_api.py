@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import readme_block, wait_for_lease_release
 from pyspark.sql.streaming import DataStreamWriter
 
 import lakehouse
@@ -21,20 +22,12 @@ from lakehouse.lease import read_lease
 
 pytestmark = pytest.mark.spark
 
-#: The README's change log of prices (snapshot of three rows, an update, a delete).
-CDC = Path(__file__).resolve().parents[2] / "README.md"
-
 
 def _readme_files(tmp: Path) -> None:
     """The README tutorial's ``cdc/`` and ``orders/`` files, taken from its first block."""
-    text = CDC.read_text()
     for folder in ("cdc", "orders"):
-        start = text.index(f"cat > {folder}/0001.jsonl <<'JSON'\n") + len(
-            f"cat > {folder}/0001.jsonl <<'JSON'\n"
-        )
-        body = text[start : text.index("JSON\n", start)]
         (tmp / folder).mkdir()
-        (tmp / folder / "0001.jsonl").write_text(body)
+        (tmp / folder / "0001.jsonl").write_text(readme_block(folder))
 
 
 def _join_options(tmp: Path, name: str, **overrides: object) -> lakehouse.JoinOptions:
@@ -58,15 +51,6 @@ def _run(writer: lakehouse.PipelineWriter, checkpoint: Path) -> None:
     query.awaitTermination()
 
 
-def _lease_released(table: str) -> None:
-    """Wait for the lease watcher (it polls every second) to give a stopped job's lease back."""
-    for _ in range(300):
-        if read_lease(table) is None:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the lease of {table} was not released: {read_lease(table)}")
-
-
 @pytest.fixture(scope="module")
 def prices(spark, tmp_path_factory) -> Path:
     """The README's dimension, ingested through :func:`lakehouse.ingest_cdc`."""
@@ -85,7 +69,7 @@ def prices(spark, tmp_path_factory) -> Path:
     _run(writer, tmp / "state/ingest")
     assert sum(t.rows for r in reports for t in r.targets) == 5, reports
     assert any(t.marker_set_now for r in reports for t in r.targets), reports
-    _lease_released(str(tmp / "tables/prices"))
+    wait_for_lease_release(str(tmp / "tables/prices"))
     return tmp
 
 
@@ -115,7 +99,7 @@ def test_the_api_joins_the_readme_example_as_the_command_line_does(spark, prices
     ]
     assert sum(r.released for r in reports) == 5
     # the lease named the query; the job gave it back when it ended
-    _lease_released(options.output_table)
+    wait_for_lease_release(options.output_table)
     # a second run of the same checkpoint finds nothing new and writes nothing twice
     again = lakehouse.temporal_join(
         lakehouse.read_files_stream(spark, str(prices / "orders")), options
@@ -147,7 +131,7 @@ def test_the_writer_holds_the_tables_while_its_query_runs(spark, prices):
             second.start()
     finally:
         first.stop()
-    _lease_released(options.output_table)
+    wait_for_lease_release(options.output_table)
     # the tables are bound to the first checkpoint: another one would replay or skip batches
     other = lakehouse.temporal_join(orders, options).option(
         "checkpointLocation", str(prices / "state/other")

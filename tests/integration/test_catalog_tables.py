@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import lakehouse_command
+from helpers import lakehouse_command, readme_block
 
 from lakehouse.delta.names import (
     TABLES_LOCATION_CONF,
@@ -32,16 +32,7 @@ from lakehouse.jobs import has_catalog_names, resolve_tables
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 GUIDE = Path(__file__).resolve().parents[2] / "docs/guides/catalog-tables.md"
-
-
-def _readme_block(folder: str) -> str:
-    text = README.read_text()
-    start = text.index(f"cat > {folder}/0001.jsonl <<'JSON'\n") + len(
-        f"cat > {folder}/0001.jsonl <<'JSON'\n"
-    )
-    return text[start : text.index("JSON\n", start)]
 
 
 def _config(tmp: Path) -> Path:
@@ -69,9 +60,9 @@ def _in_spark(tmp: Path, code: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_the_readme_example_on_tables_named_in_a_hive_metastore(tmp_path):
     (tmp_path / "cdc").mkdir()
-    (tmp_path / "cdc/0001.jsonl").write_text(_readme_block("cdc"))
+    (tmp_path / "cdc/0001.jsonl").write_text(readme_block("cdc"))
     (tmp_path / "orders").mkdir()
-    (tmp_path / "orders/0001.jsonl").write_text(_readme_block("orders"))
+    (tmp_path / "orders/0001.jsonl").write_text(readme_block("orders"))
     cfg = _config(tmp_path)
 
     # the schema is the user's to create; until then the ingest says so in one line

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_rows_equal
+from helpers import assert_rows_equal, readme_block, wait_for_lease_release
 
 import lakehouse
 from lakehouse import delta
@@ -23,12 +22,10 @@ from lakehouse.config import load_settings
 from lakehouse.errors import SourceError, TableNotFoundError
 from lakehouse.join.options import JoinOptions
 from lakehouse.join.probe import PARSE_ERROR, parse
-from lakehouse.lease import read_lease
 from lakehouse.runner import start_join
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 ORDERS_SCHEMA = "order_id bigint, region string, sku string, order_ts timestamp"
 #: The README's answer (see tests/integration/test_api.py): order, price, what released it.
 README_ANSWER = [
@@ -40,29 +37,13 @@ README_ANSWER = [
 ]
 
 
-def _readme_block(folder: str) -> str:
-    text = README.read_text()
-    start = text.index(f"cat > {folder}/0001.jsonl <<'JSON'\n") + len(
-        f"cat > {folder}/0001.jsonl <<'JSON'\n"
-    )
-    return text[start : text.index("JSON\n", start)]
-
-
-def _lease_released(table: str) -> None:
-    for _ in range(300):
-        if read_lease(table) is None:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the lease of {table} was not released: {read_lease(table)}")
-
-
 @pytest.fixture(scope="module")
 def readme(spark, tmp_path_factory) -> Path:
     """The README's dimension, ingested, and its orders as JSON lines."""
     tmp = tmp_path_factory.mktemp("delta-source")
     (tmp / "cdc").mkdir()
-    (tmp / "cdc/0001.jsonl").write_text(_readme_block("cdc"))
-    (tmp / "orders.jsonl").write_text(_readme_block("orders"))
+    (tmp / "cdc/0001.jsonl").write_text(readme_block("cdc"))
+    (tmp / "orders.jsonl").write_text(readme_block("orders"))
     options = lakehouse.IngestOptions(
         pipeline_id="prices",
         tables=[{"table": str(tmp / "tables/prices"), "key": ["region", "sku"]}],
@@ -75,7 +56,7 @@ def readme(spark, tmp_path_factory) -> Path:
         .start()
     )
     query.awaitTermination()
-    _lease_released(str(tmp / "tables/prices"))
+    wait_for_lease_release(str(tmp / "tables/prices"))
     return tmp
 
 
@@ -134,7 +115,7 @@ def test_a_delta_table_by_name_joins_to_the_readme_answer_once(spark, readme):
                 .start()
                 .awaitTermination()
             )
-            _lease_released(options.output_table)
+            wait_for_lease_release(options.output_table)
             return reports
 
         # the first commit: the watermark releases orders 1 and 3 (order 2 is the latest)
@@ -244,7 +225,7 @@ def test_a_commit_that_deletes_probe_rows_stops_the_join_until_it_is_skipped(
         except Exception as e:
             return e
         finally:
-            _lease_released(str(out / "output"))
+            wait_for_lease_release(str(out / "output"))
         return None
 
     assert run(config()) is None
