@@ -44,12 +44,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.dimension import connect_schemas
+from lakehouse.dimension.batch_signals import (
+    BatchSignals,
+    ask_once,
+    decide_signals,
+    read_signals,
+    routes,
+)
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
 from lakehouse.dimension.decode import decode_raw
 from lakehouse.dimension.jvm_decode import WireSchemas
@@ -59,16 +66,13 @@ from lakehouse.dimension.layout import (
     PROP_CONNECT_SCHEMAS,
     PROP_PRIMARY_KEY,
     PROP_SNAPSHOT_ALERT,
-    PROP_SNAPSHOT_COMPLETED_AT,
     PROP_SNAPSHOT_LAST_COMPLETE,
     PROP_SNAPSHOT_RESNAPSHOT_JOIN,
-    PROP_SNAPSHOT_SIGNAL,
 )
 from lakehouse.dimension.look import TargetLook, look_at
 from lakehouse.dimension.marker import (
     heal_marker,
     is_complete,
-    iso_to_ms,
     last_watermark,
     notification_properties,
     now_iso,
@@ -95,17 +99,9 @@ from lakehouse.dimension.schema_block import (
     set_block,
 )
 from lakehouse.dimension.signals import (
-    BatchEvidence,
     Decision,
-    Heartbeat,
-    Notification,
-    Offsets,
     OffsetsProbe,
-    RowGroup,
-    decide,
     merge_offsets,
-    parse_heartbeat,
-    parse_notification,
 )
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
 from lakehouse.errors import ConfigError, DataSafetyError
@@ -116,17 +112,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("lakehouse.dimension")
-
-
-@dataclass(frozen=True, slots=True)
-class _Signals:
-    """The batch's records of the signal topics, parsed on the driver."""
-
-    notifications: tuple[Notification, ...] = ()
-    heartbeats: tuple[Heartbeat, ...] = ()
-    invalid: tuple[tuple[str, int, int, str], ...] = ()  # (topic, partition, offset, reason)
-    count: int = 0
-    end_offsets: Offsets = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,7 +240,7 @@ class BuildSink:
         if self.signal_topics:
             is_signal = F.col("topic").isin(*self.signal_topics)
             data, signal_df = df.filter(~is_signal), df.filter(is_signal)
-        signals = self._read_signals(signal_df)
+        signals = read_signals(signal_df, {t.snapshot.notification_topic for t in self.targets})
         start = self._connect_schemas_at_start(looks, batch_id)
         with contextlib.ExitStack() as cached:  # what the batch persists, unpersisted at its end
             decoded = decode_raw(
@@ -306,52 +291,11 @@ class BuildSink:
             schema_block=block_text(target.table_uri, open_block(props)),
         )
 
-    def _read_signals(self, signal_df: DataFrame | None) -> _Signals:
-        """Collect and parse the batch's notification and heartbeat records (few and small).
-
-        Runs on the driver; a replay reads the same records and parses them the same way.
-        """
-        if signal_df is None:
-            return _Signals()
-        from pyspark.sql import functions as F
-
-        rows = signal_df.select(
-            "value", "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts")
-        ).collect()
-        notification_topics = {t.snapshot.notification_topic for t in self.targets}
-        notifications: list[Notification] = []
-        heartbeats: list[Heartbeat] = []
-        invalid: list[tuple[str, int, int, str]] = []
-        ends: Offsets = {}
-        for r in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
-            where = {
-                "topic": r["topic"],
-                "partition": int(r["partition"]),
-                "offset": int(r["offset"]),
-                "kafka_ts_ms": None if r["ts"] is None else int(r["ts"]),
-            }
-            parts = ends.setdefault(r["topic"], {})
-            parts[str(r["partition"])] = max(parts.get(str(r["partition"]), 0), r["offset"] + 1)
-            value = None if r["value"] is None else bytes(r["value"])
-            try:
-                if r["topic"] in notification_topics:
-                    n = parse_notification(value, **where)
-                    if n is not None:
-                        notifications.append(n)
-                else:
-                    h = parse_heartbeat(value, **where)
-                    if h is not None:
-                        heartbeats.append(h)
-            except ValueError as e:
-                kind = "notification" if r["topic"] in notification_topics else "heartbeat"
-                invalid.append((r["topic"], int(r["partition"]), int(r["offset"]), f"{kind}: {e}"))
-        return _Signals(tuple(notifications), tuple(heartbeats), tuple(invalid), len(rows), ends)
-
     def _process_decoded(
         self,
         decoded: DataFrame,
         signal_df: DataFrame | None,
-        signals: _Signals,
+        signals: BatchSignals,
         looks: Mapping[str, TargetLook],
         batch_id: int,
         started: float,
@@ -387,7 +331,7 @@ class BuildSink:
         plans = [plan for plan, _, _ in prepared]
         rows = [frames.rows for _, frames, _ in prepared]
         stats = [stat for _, _, stat in prepared]
-        routed = [sum(r["n"] for r in changes if _routes(p.target, r)) for p in plans]
+        routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
         dead_count = self._write_dead_letters(
@@ -406,17 +350,17 @@ class BuildSink:
         positions = merge_offsets(
             *(look.signal_state.positions for look in looks.values()), data_ends, offsets
         )
-        probe = _once(self.offsets_probe)
+        probe = ask_once(self.offsets_probe)
         marks = self._wire.marks()
 
         def commit(i: int) -> TargetReport:
             plan, frame, stat = plans[i], rows[i], stats[i]
             look = looks[plan.target.table_uri]
-            decision = self._decide_signals(
+            decision = decide_signals(
                 plan.target, look, groups, signals, positions, probe, batch_id
             )
             newest = connect_schemas.newest_in_batch(
-                [r for r in changes if _routes(plan.target, r) and plan.accepts_schemas_of(r)],
+                [r for r in changes if routes(plan.target, r) and plan.accepts_schemas_of(r)],
                 start_schemas,
                 marks,
             )
@@ -459,7 +403,7 @@ class BuildSink:
             decoded,
             target,
             look,
-            [r for r in changes if _routes(target, r)],
+            [r for r in changes if routes(target, r)],
             block=block,
             schema_changes=[
                 d
@@ -472,7 +416,7 @@ class BuildSink:
         self,
         decoded: DataFrame,
         signal_df: DataFrame | None,
-        signals: _Signals,
+        signals: BatchSignals,
         refused: Sequence[DataFrame | None],
         rejected_records: int,
         batch_id: int,
@@ -498,57 +442,6 @@ class BuildSink:
         )
         return result.rows
 
-    def _decide_signals(
-        self,
-        target: BuildTarget,
-        look: TargetLook,
-        groups: list[dict[str, Any]],
-        signals: _Signals,
-        positions: Offsets,
-        probe: OffsetsProbe | None,
-        batch_id: int,
-    ) -> Decision:
-        """What the batch does to one target's marker (:func:`~.signals.decide`)."""
-        evidence = BatchEvidence(
-            rows=tuple(
-                RowGroup(
-                    r["topic"],
-                    int(r["partition"]),
-                    r["_snapshot_phase"] or "false",
-                    int(r["n"]),
-                    int(r["o"]),
-                    None if r["ts"] is None else int(r["ts"]),
-                    max_seq=r["seq"],
-                    max_source_ts_ms=r["src_ts"],
-                )
-                for r in groups
-                if _routes(target, r)
-            ),
-            notifications=tuple(
-                n for n in signals.notifications if n.topic == target.snapshot.notification_topic
-            ),
-            heartbeats=tuple(
-                h for h in signals.heartbeats if h.topic == target.snapshot.heartbeat_topic
-            ),
-        )
-        uri = target.table_uri
-        props = look.properties
-        decision = decide(
-            phase=phase_of(props),
-            prior=look.prior_signal_state,
-            batch=evidence,
-            options=target.snapshot,
-            source_table=target.source_table,
-            batch_id=batch_id,
-            positions=positions,
-            probe=probe,
-            marker_signal=props.get(PROP_SNAPSHOT_SIGNAL),
-            completed_at_ms=iso_to_ms(props.get(PROP_SNAPSHOT_COMPLETED_AT)),
-        )
-        for why in decision.ignored:
-            log.info("build table %s, batch %d: signal ignored: %s", uri, batch_id, why)
-        return decision
-
     def _dead_letters(self, rows: DataFrame, batch_id: int) -> DataFrame:
         from pyspark.sql import functions as F
 
@@ -566,7 +459,9 @@ class BuildSink:
             batch_id=batch_id,
         )
 
-    def _invalid_signals(self, signal_df: DataFrame, signals: _Signals, batch_id: int) -> DataFrame:
+    def _invalid_signals(
+        self, signal_df: DataFrame, signals: BatchSignals, batch_id: int
+    ) -> DataFrame:
         """The unreadable notification/heartbeat records, as dead letters."""
         from pyspark.sql import functions as F
 
@@ -788,22 +683,6 @@ class BuildSink:
         )
 
 
-def _once(probe: OffsetsProbe | None) -> OffsetsProbe | None:
-    """The probe, asked at most once per batch (every target sees the same answer)."""
-    if probe is None:
-        return None
-    answer: list[Mapping[str, Mapping[str, int]]] = []
-    asking = threading.Lock()  # the targets decide on threads of their own
-
-    def cached() -> Mapping[str, Mapping[str, int]]:
-        with asking:
-            if not answer:
-                answer.append(probe())
-        return answer[0]
-
-    return cached
-
-
 def _row_stats(rows: DataFrame | None) -> RowStats:
     """Count the batch's rows for a table and find their largest event time (one job)."""
     if rows is None:
@@ -816,11 +695,6 @@ def _row_stats(rows: DataFrame | None) -> RowStats:
         count=int(agg["n"]),
         max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
     )
-
-
-def _routes(target: BuildTarget, group: Mapping[str, Any]) -> bool:
-    """Whether a summary group's changes go to ``target``."""
-    return target.source_table is None or group["_source_table"] == target.source_table
 
 
 def _log_unrouted_ddl(
