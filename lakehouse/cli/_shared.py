@@ -37,20 +37,22 @@ def with_locations(settings: Settings) -> Settings:
         ConfigError: a name is a table of another format, or its schema does not exist.
     """
     from lakehouse.delta.names import is_catalog_name, resolve
-    from lakehouse.jobs import has_catalog_names, resolve_tables
+    from lakehouse.jobs import has_catalog_names
+    from lakehouse.runner import job_settings, resolve_settings
 
-    update: dict[str, Any] = {}
     spark: SparkSession | None = None
-    for cfg in (settings.ingest, settings.join):
+    for job in ("ingest", "join"):
+        cfg = job_settings(settings, job)
         if cfg is not None and has_catalog_names(cfg):
             spark = spark or spark_for(settings)
-            update["ingest" if cfg is settings.ingest else "join"] = resolve_tables(spark, cfg)
+            settings = resolve_settings(spark, settings, job)
     lineage = settings.maintenance.lineage_outputs
     if any(is_catalog_name(t) for t in lineage):
         spark = spark or spark_for(settings)
         located = [resolve(spark, t, setting="maintenance.lineage_outputs") for t in lineage]
-        update["maintenance"] = settings.maintenance.model_copy(update={"lineage_outputs": located})
-    return settings.model_copy(update=update) if update else settings
+        maintenance = settings.maintenance.model_copy(update={"lineage_outputs": located})
+        settings = settings.model_copy(update={"maintenance": maintenance})
+    return settings
 
 
 def table_location(table: str, *, setting: str = "TABLE", settings: Settings | None = None) -> str:
@@ -62,20 +64,13 @@ def table_location(table: str, *, setting: str = "TABLE", settings: Settings | N
         TableNotFoundError: the catalog has no table of that name.
         ConfigError: the name is a table of another format.
     """
-    from lakehouse.delta.names import in_catalog, is_catalog_name, resolve
-    from lakehouse.errors import TableNotFoundError
+    from lakehouse.delta.names import is_catalog_name, resolve
     from lakehouse.spark import get_spark
 
     if not is_catalog_name(table):
         return table
     spark = spark_for(settings) if settings is not None else get_spark(app_name="lakehouse")
-    if not in_catalog(spark, table, setting=setting):
-        raise TableNotFoundError(
-            f"no table {table!r} in Spark's catalog ({setting}): check the name, or give the "
-            "table's location (a directory whose name has a dot as ./name)",
-            table_uri=table,
-        )
-    return resolve(spark, table, setting=setting)
+    return resolve(spark, table, setting=setting, new=False)
 
 
 def flag_overrides(**flags: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Final
 
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,13 +89,14 @@ def in_catalog(spark: SparkSession, name: str, *, setting: str) -> bool:
         ) from None
 
 
-def resolve(spark: SparkSession, table: str, *, setting: str) -> str:
+def resolve(spark: SparkSession, table: str, *, setting: str, new: bool = True) -> str:
     """The location of ``table``: itself for a location; for a catalog name, the location of
-    the Delta table the catalog names, or, when there is none yet, where the job creates it
-    (registered under the name once it exists, see :func:`register_created`).
+    the Delta table the catalog names, or, when there is none yet and ``new``, where the job
+    creates it (registered under the name once it exists, see :func:`register_created`).
 
     Raises:
         ConfigError: the name is a table of another format, or its schema does not exist.
+        TableNotFoundError: the catalog has no table of that name and ``new`` is false.
     """
     if not is_catalog_name(table):
         return table
@@ -112,6 +113,12 @@ def resolve(spark: SparkSession, table: str, *, setting: str) -> str:
                 setting=setting,
             )
         return _local(str(detail["location"]))
+    if not new:
+        raise TableNotFoundError(
+            f"no table {table!r} in Spark's catalog ({setting}): check the name, or give "
+            "the table's location (a directory whose name has a dot as ./name)",
+            table_uri=table,
+        )
     location = _default_location(spark, table, setting=setting)
     if table_exists(location, spark=spark):  # created by a run that stopped before naming it
         _register(spark, table, location)
