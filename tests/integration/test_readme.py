@@ -59,7 +59,7 @@ def test_the_readme_example_is_what_it_says(tmp_path):
     blocks = _blocks(_tutorial())
     kinds = [kind for kind, _ in blocks]
     assert kinds == [
-        *("bash", "bash", "bash", "text", "bash", "text", "bash", "text"),
+        *("bash", "bash", "bash", "text", "bash", "text"),
         *("python", "bash", "text"),
     ], kinds
     lines = [line for _, body in blocks for line in body.splitlines()]
