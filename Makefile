@@ -13,10 +13,12 @@ STAMP40 := $(VENV40)/.installed
 # PostgreSQL connector, Hadoop's S3A connector), from the pinned poms in jvm/; spark-4.0: the
 # same for Spark 4.0
 JVM_STAMP := .jvm/.installed
-# The tests that run again on Spark 4.0: the join (both paths), the sources and the Python API
+# The tests that run again on Spark 4.0: the join (both paths), the sources, the Python API and
+# the direct Delta write (delta-spark 4.0 has other constructors)
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
 	tests/integration/test_sources_files.py tests/integration/test_sources_kafka.py \
-	tests/integration/test_jvm_decode.py tests/integration/test_api.py
+	tests/integration/test_jvm_decode.py tests/integration/test_api.py \
+	tests/integration/test_delta.py::test_a_direct_write_commits_what_delta_s_writer_commits
 # the whole-ingest comparison of the two decode paths runs once (on the newest Spark): on 4.0
 # the per-record comparisons in the same file prove the decode, and the sink around it is the
 # same Python

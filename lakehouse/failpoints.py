@@ -30,6 +30,8 @@ POINTS: Final[dict[str, str]] = {
     "batch.start": "Spark wrote the batch's offsets; no table has it",
     # a table's creation (lakehouse.delta.create_table), when the location already holds files
     "create.before_properties": "the empty table committed, its properties not yet",
+    # an idempotent write to an existing table (lakehouse.delta.write), in every batch
+    "delta.before_commit": "a write's data files written, its commit not yet",
     # the ingest's batch (lakehouse.dimension.sink), in write order
     "ingest.after_dead_letters": "the batch's dead letters committed, no build-table write",
     "ingest.after_create": "the build table created, the batch's data not yet",

@@ -13,8 +13,9 @@ them on the driver:
   ``LogStore`` (the engine's own reader, so object stores and staged commits work as they
   do for Delta);
 * :func:`transactions` — ``Snapshot.transactions``: Delta rebuilds the table state for it
-  (small Spark jobs over the log), which the idempotent write of the same batch needs anyway
-  and then reuses, since it runs on the same snapshot.
+  (small Spark jobs over the log), asked only when no recent commit set the application id;
+* :func:`write_on` — Delta's own ``WriteIntoDelta`` on a transaction started from the batch's
+  snapshot, without its application-transaction look-up (see there).
 
 The calls are to classes of delta-spark 4.x (``org.apache.spark.sql.delta.DeltaLog``,
 ``Snapshot``) pinned in ``jvm/spark/pom.xml``; tests/integration/test_delta.py exercises each
@@ -27,6 +28,7 @@ import re
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -181,3 +183,83 @@ def reader_features(snapshot: Any) -> tuple[int, list[str]]:
     while it.hasNext():
         features.append(str(it.next()))
     return int(protocol.minReaderVersion()), sorted(features)
+
+
+class Unsupported(Exception):
+    """This delta-spark has none of the classes or constructors :func:`write_on` calls."""
+
+
+def write_on(
+    spark: SparkSession,
+    log: Any,
+    jsnapshot: Any,
+    jdf: Any,
+    *,
+    mode: str,
+    options: dict[str, str],
+    before_commit: Callable[[], None] = lambda: None,
+) -> None:
+    """Write ``jdf`` to the table as ``DataFrameWriter.save`` does (``WriteIntoDelta``, the
+    same options, the same ``WRITE`` commit), on a transaction started from ``jsnapshot``,
+    except that Delta is not asked whether ``txnAppId`` is already recorded.
+
+    Delta answers that with ``Snapshot.transactions``, a rebuild of the table's state (a Spark
+    job over its checkpoint and log) in every write, which the caller has already answered
+    from the commits of the same snapshot (:meth:`TableSnapshot.records`). The transaction
+    still records ``txnAppId`` as read, so a commit of the same application id after
+    ``jsnapshot`` (a second copy of the pipeline) fails this one with Delta's
+    ``ConcurrentTransactionException``, as the writer's own check does; and it commits the
+    ``SetTransaction`` the option asks for, as the writer does.
+
+    ``before_commit`` runs after the data files are written, before the commit (a failpoint).
+
+    Raises:
+        Unsupported: before anything is written, when this delta-spark lacks one of the
+            internals (another release, a vendor's runtime); the caller writes through
+            ``DataFrameWriter`` instead.
+    """
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    delta = "org.apache.spark.sql.delta"
+    session = spark._jsparkSession
+    try:
+        none = _none(spark)
+        nil = getattr(_class(spark, "scala.collection.immutable.Nil$"), "MODULE$")
+        conf = _class(spark, "scala.collection.immutable.HashMap")()
+        for key, value in options.items():
+            conf = conf.updated(key, value)
+        save_mode = getattr(_class(spark, "org.apache.spark.sql.SaveMode"), mode.capitalize())
+        some = _class(spark, "scala.Option").apply
+        delta_options = _class(spark, f"{delta}.DeltaOptions")(conf, session.sessionState().conf())
+        empty = _class(spark, "scala.collection.immutable.HashMap")()
+        command_class = _class(spark, f"{delta}.commands.WriteIntoDelta")
+        write_class = _class(spark, f"{delta}.DeltaOperations$Write")
+        metadata = some(options.get("userMetadata"))
+        try:  # delta-spark 4.4 (pinned in jvm/spark)
+            command = command_class(
+                log, save_mode, delta_options, nil, empty, jdf, none, none, False
+            )
+            operation = write_class(
+                save_mode, some(nil), none, metadata, none, none,
+                some(True) if options.get("mergeSchema") == "true" else none, none, none,
+            )  # fmt: skip
+        except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
+            if isinstance(e, Py4JJavaError):
+                raise
+            command = command_class(log, save_mode, delta_options, nil, empty, jdf, none, none)
+            operation = write_class(save_mode, some(nil), none, metadata)
+        active = getattr(_class(spark, f"{delta}.OptimisticTransaction$"), "MODULE$")
+    except Py4JError as e:
+        if isinstance(e, Py4JJavaError):
+            raise
+        raise Unsupported(str(e).splitlines()[0]) from e
+    txn = log.startTransaction(none, some(jsnapshot))
+    active.setActive(txn)
+    try:
+        data = command.writeAndReturnCommitData(txn, session, none, False)
+        if "txnAppId" in options:
+            txn.readTxn().addOne(options["txnAppId"])
+        before_commit()
+        txn.commitIfNeeded(data.actions(), operation, data.stringTags())
+    finally:
+        active.clearActive()

@@ -1,12 +1,14 @@
-"""Writing Delta tables: appends and overwrites as DataFrame writes with Delta's idempotent
-transaction options ``txnAppId``/``txnVersion`` (the documented ``foreachBatch`` idiom).
+"""Writing Delta tables: appends and overwrites with Delta's idempotent transaction options
+``txnAppId``/``txnVersion`` (the documented ``foreachBatch`` idiom).
 
 A write whose ``(app_id, version)`` the table already records at a version >= ``version`` is a
 no-op. lakehouse looks first, on the same snapshot the write then uses, so a replay is reported
-as skipped without starting a job; a second copy of the same pipeline racing this one loses
-with Delta's ``ConcurrentTransactionException`` and is reported as skipped too, never writing
-the batch twice (tests/integration/test_writer_race.py). Appends compact a table's small files
-every :data:`COMPACT_EVERY_VERSIONS` versions.
+as skipped without starting a job; the write then commits on that snapshot without Delta asking
+again (:func:`lakehouse.delta._engine.write_on`; a table's first write goes through
+``DataFrameWriter``). A second copy of the same pipeline racing this one loses with Delta's
+``ConcurrentTransactionException`` and is reported as skipped too, never writing the batch
+twice (tests/integration/test_writer_race.py). Appends compact a table's small files every
+:data:`COMPACT_EVERY_VERSIONS` versions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from lakehouse.delta import _engine
 from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import (
     _quote,
@@ -56,6 +59,10 @@ AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 #: :data:`COMPACT_EVERY_CONF` overrides it; 0 turns it off.
 COMPACT_EVERY_VERSIONS = 100
 COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
+#: An idempotent write to an existing table commits on the batch's snapshot, whose commits
+#: already told whether the table records the batch, instead of letting Delta's writer ask
+#: again (a rebuild of the table's state, about 0.3 s a write): "false" turns that off.
+DIRECT_WRITE_CONF = "spark.lakehouse.directWrite"
 
 
 def append(
@@ -205,16 +212,18 @@ def _write(
         check_compatible(
             uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
         )
-    writer = (df.coalesce(max_files) if max_files else df).write.format("delta").mode(mode)
+    data = df.coalesce(max_files) if max_files else df
+    options: dict[str, str] = {}
     if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+        options.update(txnAppId=txn[0], txnVersion=str(txn[1]))
     text = _user_metadata(metadata)
     if text is not None:
-        writer = writer.option("userMetadata", text)
+        options["userMetadata"] = text
     if schema_mode != "strict":
-        writer = writer.option("mergeSchema", "true")
+        options["mergeSchema"] = "true"
     try:
-        writer.save(uri)
+        if not (txn is not None and snap.exists and _write_on(data, snap, mode, options)):
+            data.write.format("delta").mode(mode).options(**options).save(uri)
     except Exception as e:
         name = _java_class(e)
         if txn is not None and "ConcurrentTransaction" in name:
@@ -255,6 +264,40 @@ def _write(
                 return WriteResult(version=past.version, skipped=False, rows=past.rows)
         return WriteResult(version=after.version, skipped=True, rows=0)
     return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
+
+
+#: Why this process's delta-spark cannot take :func:`_write_on` (None: not tried yet, or it can).
+_direct_refused: str | None = None
+
+
+def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str, str]) -> bool:
+    """Write on the batch's snapshot without Delta's own look-up of ``txnAppId``
+    (:func:`lakehouse.delta._engine.write_on`): the caller has found, on ``snap``, that the
+    table does not record the transaction. False, with nothing written, when the session
+    turns it off (:data:`DIRECT_WRITE_CONF`) or delta-spark lacks the internals it calls."""
+    global _direct_refused
+    spark = data.sparkSession
+    if _direct_refused is not None or spark.conf.get(DIRECT_WRITE_CONF, "true") != "true":
+        return False
+    if int(_engine.installed(snap._log).version()) != snap.version:
+        # the process committed to the table after this look (another query of it): the
+        # answer came from an older snapshot, so Delta's writer asks on the latest
+        return False
+    try:
+        _engine.write_on(
+            spark,
+            snap._log,
+            snap._jsnapshot,
+            data._jdf,
+            mode=mode,
+            options=options,
+            before_commit=lambda: failpoint("delta.before_commit", int(options["txnVersion"])),
+        )
+    except _engine.Unsupported as e:
+        _direct_refused = str(e)
+        log.info("delta: writes ask Delta for their transaction (%s)", _direct_refused)
+        return False
+    return True
 
 
 def _crossed(before: int, after: int, every: int) -> bool:

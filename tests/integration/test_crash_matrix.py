@@ -209,6 +209,7 @@ INGEST_CHAINS: dict[str, dict[int, tuple[str, ...]]] = {
         0: (
             "ingest.after_create@0",
             "ingest.after_resnapshot_start@3",
+            "delta.before_commit@4",
             "ingest.after_data@4",
             "ingest.after_block@5",
         ),
@@ -225,6 +226,7 @@ JOIN_CHAINS: dict[str, tuple[str, dict[int, tuple[str, ...]]]] = {
         {
             0: (
                 "join.after_create_pending@0",
+                "delta.before_commit@1",
                 "join.after_dead_letters@1",
                 "join.after_output@1",
                 "join.batch_end@1",

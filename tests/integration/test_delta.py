@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 from helpers import assert_table_at_version
 
 from lakehouse import delta
-from lakehouse.delta import _engine
+from lakehouse.delta import _engine, write
 from lakehouse.errors import SchemaMismatchError, TableNotFoundError
 
 pytestmark = pytest.mark.spark
@@ -229,3 +229,70 @@ def test_status_reads_the_log_without_starting_spark(spark, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NO-SPARK" in done.stdout and "reason=r" in done.stdout
+
+
+def _commits(uri: str) -> list[dict]:
+    """Each commit's actions, without what differs from one run to another: file names and
+    times, the table's id, and metrics beside the row count."""
+    import json
+
+    out = []
+    for path in sorted(Path(uri, "_delta_log").glob("*.json")):
+        actions = []
+        for line in path.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = action["commitInfo"]
+                metrics = info.get("operationMetrics", {})
+                action = {
+                    "commitInfo": {
+                        "operation": info["operation"],
+                        "operationParameters": info["operationParameters"],
+                        "userMetadata": info.get("userMetadata"),
+                        "isBlindAppend": info.get("isBlindAppend"),
+                        "rows": metrics.get("numOutputRows"),
+                    }
+                }
+            elif "txn" in action:
+                action["txn"].pop("lastUpdated")
+            elif "add" in action:
+                action = {"add": json.loads(action["add"]["stats"])["numRecords"]}
+            elif "remove" in action:
+                action = {"remove": action["remove"]["size"]}
+            elif "metaData" in action:
+                action["metaData"].pop("id")
+                action["metaData"].pop("createdTime")
+            actions.append(action)
+        out.append(sorted(actions, key=lambda a: json.dumps(a, sort_keys=True)))
+    return out
+
+
+def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, monkeypatch):
+    """An idempotent write to an existing table commits on the batch's snapshot, without
+    Delta's own look-up of the transaction (``spark.lakehouse.directWrite``): its commits are
+    the writer's, action for action (a new column merged, an overwrite, an empty batch), and
+    a replay is skipped alike."""
+    from pyspark.sql import functions as F
+
+    def run(uri: str) -> None:
+        delta.append(_rows(spark, 0, 3), uri, txn=("job", 0))
+        delta.append(_rows(spark, 3, 5), uri, txn=("job", 1), metadata={"lakehouse.batchId": 1})
+        wider = _rows(spark, 5, 6).withColumn("note", F.lit("x"))
+        delta.append(wider, uri, txn=("job", 2), schema_mode="merge")
+        assert delta.append(_rows(spark, 0, 9), uri, txn=("job", 2)).skipped
+        delta.append(_rows(spark, 0, 0), uri, txn=("job", 3), metadata={"lakehouse.batchId": 3})
+        delta.overwrite(_rows(spark, 7, 8), uri, txn=("pending", 4))
+
+    spark.conf.set(write.DIRECT_WRITE_CONF, "false")
+    try:
+        run(str(tmp_path / "writer"))
+    finally:
+        spark.conf.unset(write.DIRECT_WRITE_CONF)
+    direct = []
+    real = _engine.write_on
+    monkeypatch.setattr(_engine, "write_on", lambda *a, **k: direct.append(real(*a, **k)))
+    run(str(tmp_path / "direct"))
+    assert len(direct) == 4  # every write but the table's first and the replay
+    assert _commits(str(tmp_path / "direct")) == _commits(str(tmp_path / "writer"))
+    assert len(_commits(str(tmp_path / "direct"))) == 5
+
