@@ -211,6 +211,33 @@ class TableSnapshot:
         recorded = self.transaction_version(app_id)
         return recorded is not None and recorded >= version
 
+    def files_by_commits(self, limit: int = 8) -> tuple[str, ...] | None:
+        """The table's data files as its own commits tell them, without Delta listing its
+        state (a Spark job): the files the newest full overwrite added, when every later
+        commit changed no file (a property set, say). A table whose every data commit is a
+        full overwrite (a join's pending table) is read this way batch after batch.
+
+        None when the last ``limit`` commits do not tell: an append, a compaction, a delete,
+        an overwrite with a predicate or of partitions; then Delta's read is the answer.
+        """
+        if not self.exists:
+            return None
+        if self._files is None:
+            self._files = _engine.commit_files(self._jsnapshot)
+        base = str(self._log.dataPath().toString()).rstrip("/")
+        for version in range(self.version, max(self.version - limit, -1) - 1, -1):
+            if version < 0:
+                return ()  # only metadata commits since the table was created: no files
+            lines = _engine.commit_lines(self.spark, self._log, version, self._files.get(version))
+            if not lines:
+                return None
+            files, changed = _overwrite_files(lines)
+            if files is not None:
+                return tuple(_data_path(base, f) for f in files)
+            if changed:
+                return None
+        return None
+
     def readable_by_files(self) -> bool:
         """Whether the parquet files of a version, read with the table schema, are exactly its
         rows: no partition columns, no column mapping, and only reader features in
@@ -224,6 +251,52 @@ class TableSnapshot:
             and mapping == "none"
             and not _engine.partition_columns(self._jsnapshot)
         )
+
+
+def _overwrite_files(lines: list[str]) -> tuple[list[str] | None, bool]:
+    """``(the files it added, True)`` for a commit that replaced every file of the table (an
+    overwrite without a predicate, of every partition); ``(None, whether it added or removed
+    files)`` for any other.
+
+    >>> info = '{"commitInfo":{"operation":"WRITE","operationParameters":{"mode":"Overwrite"}}}'
+    >>> _overwrite_files([info, '{"add":{"path":"a%20b.parquet"}}', '{"remove":{"path":"c"}}'])
+    (['a b.parquet'], True)
+    >>> _overwrite_files(['{"commitInfo":{"operation":"SET TBLPROPERTIES"}}'])
+    (None, False)
+    >>> _overwrite_files(['{"commitInfo":{"operation":"WRITE","operationParameters":'
+    ...     '{"mode":"Append"}}}', '{"add":{"path":"d"}}'])
+    (None, True)
+    """
+    from urllib.parse import unquote
+
+    params: dict[str, Any] = {}
+    operation = ""
+    added: list[str] = []
+    changed = False
+    for line in lines:
+        if line.startswith('{"commitInfo"'):
+            info = json.loads(line)["commitInfo"]
+            operation = str(info.get("operation", ""))
+            params = info.get("operationParameters") or {}
+        elif line.startswith('{"add"'):
+            added.append(unquote(json.loads(line)["add"]["path"]))
+            changed = True
+        elif line.startswith(('{"remove"', '{"cdc"')):
+            changed = True
+    replaced = (
+        operation == "WRITE"
+        and params.get("mode") == "Overwrite"
+        and "predicate" not in params
+        and not params.get("isDynamicPartitionOverwrite")
+    )
+    return (added, True) if replaced else (None, changed)
+
+
+def _data_path(base: str, path: str) -> str:
+    """A data file's location: ``path`` as the log holds it (decoded), relative to ``base``
+    (the table's location) unless absolute; a local file as a plain path."""
+    full = path if "://" in path or path.startswith("/") else f"{base}/{path}"
+    return "/" + full[len("file:") :].lstrip("/") if full.startswith("file:") else full
 
 
 def _parse_commit(version: int, lines: list[str]) -> CommitInfo:

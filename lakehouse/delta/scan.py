@@ -48,20 +48,32 @@ _VERSION_FILES: collections.OrderedDict[tuple[str, str, int], tuple[tuple[str, .
 _VERSION_FILES_MAX = 64
 
 
-def read_files(spark: SparkSession, snap: TableSnapshot, *, version: int) -> DataFrame:
+def read_files(
+    spark: SparkSession, snap: TableSnapshot, *, version: int, overwritten: bool = False
+) -> DataFrame:
     """Read a version as a plain parquet scan of exactly its files, when
     :meth:`TableSnapshot.readable_by_files` allows (the same rows as :func:`read`, in a form
-    whose file set callers can cache and extend); Delta's own read otherwise."""
+    whose file set callers can cache and extend); Delta's own read otherwise.
+
+    ``overwritten``: the table is written by full overwrites (a join's pending table), so the
+    latest version's files are those its last overwrite added
+    (:meth:`TableSnapshot.files_by_commits`), without Delta listing the version's state.
+    """
     if not snap.readable_by_files():
         return read(spark, snap.uri, version=version)
     key = (snap.uri, snap.table_id, version)
     cached = _VERSION_FILES.get(key)
     if cached is None:
-        delta_df = read(spark, snap.uri, version=version)
-        # local files as plain paths: the spelling Spark's own parquet scans compare equal with
-        files = tuple(sorted(_local_path(f) for f in delta_df.inputFiles()))
-        schema = snap.schema if version == snap.version else delta_df.schema
-        cached = (files, schema)
+        told = snap.files_by_commits() if overwritten and version == snap.version else None
+        if told is not None:
+            cached = (tuple(sorted(told)), snap.schema)
+        else:
+            delta_df = read(spark, snap.uri, version=version)
+            # local files as plain paths: the spelling Spark's own parquet scans compare
+            # equal with
+            files = tuple(sorted(_local_path(f) for f in delta_df.inputFiles()))
+            schema = snap.schema if version == snap.version else delta_df.schema
+            cached = (files, schema)
         _VERSION_FILES[key] = cached
         while len(_VERSION_FILES) > _VERSION_FILES_MAX:
             _VERSION_FILES.popitem(last=False)

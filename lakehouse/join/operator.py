@@ -400,7 +400,9 @@ class TemporalJoin:
         new = self._new_rows(parsed.filter(ok), plan)
         candidates = new
         if state.pending_rows and look.pending.exists:
-            waiting = delta.read(spark, o.pending_table, version=look.pending.version)
+            waiting = delta.read_files(
+                spark, look.pending, version=look.pending.version, overwritten=True
+            )
             candidates = waiting.withColumn(release.IS_NEW, F.lit(False)).unionByName(new)
         candidates = candidates.persist()
         try:

@@ -296,3 +296,27 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
     assert _commits(str(tmp_path / "direct")) == _commits(str(tmp_path / "writer"))
     assert len(_commits(str(tmp_path / "direct"))) == 5
 
+
+def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_path):
+    """The files a join's pending table reads come from its last overwrite's commit, and are
+    the files Delta lists, across property sets; anything else is left to Delta."""
+    from lakehouse.delta import scan
+
+    uri = str(tmp_path / "t")
+    delta.create_table(uri, _rows(spark, 0, 0).schema, properties={"lakehouse.x": "1"})
+    assert delta.snapshot(uri).files_by_commits() == ()
+    delta.overwrite(_rows(spark, 0, 4).repartition(2), uri, txn=("p", 0))
+    delta.set_properties(uri, {"lakehouse.y": "2"})
+    delta.overwrite(_rows(spark, 4, 7).repartition(3), uri, txn=("p", 1))
+    delta.set_properties(uri, {"lakehouse.y": "3"})
+    snap = delta.snapshot(uri)
+    told = snap.files_by_commits()
+    assert told is not None and len(told) == 3
+    assert sorted(told) == sorted(scan._local_path(f) for f in delta.files_at(uri, snap.version))
+    rows = delta.read_files(spark, snap, version=snap.version, overwritten=True)
+    assert sorted(r.id for r in rows.collect()) == [4, 5, 6]
+    delta.append(_rows(spark, 7, 8), uri, txn=("p", 2))
+    assert delta.snapshot(uri).files_by_commits() is None  # an append: Delta lists
+    delta.overwrite(_rows(spark, 8, 9), uri)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 8")
+    assert delta.snapshot(uri).files_by_commits() is None  # a delete
