@@ -294,9 +294,20 @@ def _overwrite_files(lines: list[str]) -> tuple[list[str] | None, bool]:
 
 def _data_path(base: str, path: str) -> str:
     """A data file's location: ``path`` as the log holds it (decoded), relative to ``base``
-    (the table's location) unless absolute; a local file as a plain path."""
-    full = path if "://" in path or path.startswith("/") else f"{base}/{path}"
-    return "/" + full[len("file:") :].lstrip("/") if full.startswith("file:") else full
+    (the table's location) unless absolute, spelled by :func:`local_path`."""
+    return local_path(path if "://" in path or path.startswith("/") else f"{base}/{path}")
+
+
+def local_path(uri: str) -> str:
+    """A local file's URI as a plain path (the spelling Spark's own parquet scans compare
+    equal with); any other URI as it is.
+
+    >>> local_path("file:/tmp/t/part-0.parquet"), local_path("s3a://b/t/part-0.parquet")
+    ('/tmp/t/part-0.parquet', 's3a://b/t/part-0.parquet')
+    """
+    if uri.startswith("file:"):
+        return "/" + uri[len("file:") :].lstrip("/")
+    return uri
 
 
 def _parse_commit(version: int, lines: list[str]) -> CommitInfo:

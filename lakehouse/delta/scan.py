@@ -7,7 +7,14 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.delta.log import TableSnapshot, _first_line, _look, _session, snapshot
+from lakehouse.delta.log import (
+    TableSnapshot,
+    _first_line,
+    _look,
+    _session,
+    local_path,
+    snapshot,
+)
 from lakehouse.errors import (
     TableNotFoundError,
     UnsupportedTableError,
@@ -69,9 +76,7 @@ def read_files(
             cached = (tuple(sorted(told)), snap.schema)
         else:
             delta_df = read(spark, snap.uri, version=version)
-            # local files as plain paths: the spelling Spark's own parquet scans compare
-            # equal with
-            files = tuple(sorted(_local_path(f) for f in delta_df.inputFiles()))
+            files = tuple(sorted(local_path(f) for f in delta_df.inputFiles()))
             schema = snap.schema if version == snap.version else delta_df.schema
             cached = (files, schema)
         _VERSION_FILES[key] = cached
@@ -81,12 +86,6 @@ def read_files(
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
-
-
-def _local_path(uri: str) -> str:
-    if uri.startswith("file:"):
-        return "/" + uri[len("file:") :].lstrip("/")
-    return uri
 
 
 def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:

@@ -300,7 +300,7 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
 def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_path):
     """The files a join's pending table reads come from its last overwrite's commit, and are
     the files Delta lists, across property sets; anything else is left to Delta."""
-    from lakehouse.delta import scan
+    from lakehouse.delta.log import local_path
 
     uri = str(tmp_path / "t")
     delta.create_table(uri, _rows(spark, 0, 0).schema, properties={"lakehouse.x": "1"})
@@ -312,7 +312,7 @@ def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_pa
     snap = delta.snapshot(uri)
     told = snap.files_by_commits()
     assert told is not None and len(told) == 3
-    assert sorted(told) == sorted(scan._local_path(f) for f in delta.files_at(uri, snap.version))
+    assert sorted(told) == sorted(local_path(f) for f in delta.files_at(uri, snap.version))
     rows = delta.read_files(spark, snap, version=snap.version, overwritten=True)
     assert sorted(r.id for r in rows.collect()) == [4, 5, 6]
     delta.append(_rows(spark, 7, 8), uri, txn=("p", 2))
