@@ -245,8 +245,40 @@ def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
     return int(seen.get["n"])
 
 
+def _epoch_ms(iso: str) -> int:
+    """A streaming progress' ``timestamp`` (ISO 8601, UTC) as epoch milliseconds."""
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _floor_batch(out: str, probe_schema: str) -> Any:
+    """Spark's micro-batch floor (the peer of ``latency``): a ``foreachBatch`` that parses the
+    same records and appends them to Delta exactly once, with Delta's documented idiom
+    (``txnAppId``/``txnVersion`` on a ``DataFrameWriter``); the batch id goes into the rows and
+    the commit's metadata, as the join's does."""
+    from pyspark.sql import functions as F
+
+    def write(df: Any, batch_id: int) -> None:
+        rows = df.select(
+            F.from_json(F.col("value").cast("string"), probe_schema).alias("r")
+        ).select("r.*", F.lit(batch_id).alias("_batch_id"))
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", "bench-floor")
+            .option("txnVersion", batch_id)
+            .option("userMetadata", json.dumps({"lakehouse.batchId": str(batch_id)}))
+            .save(out)
+        )
+
+    return write
+
+
 def latency(spec: dict[str, Any]) -> dict[str, Any]:
-    """Arrival-to-commit latency of a streaming processing-time join at one interval."""
+    """Arrival-to-commit latency and batch duration of a streaming processing-time join at one
+    trigger interval (``interval_s``, 0: as fast as possible) and input rate, or, with
+    ``"peer": "floor"``, of Spark's floor fed the same way (:func:`_floor_batch`)."""
     from bench.tables import join_options, write_build_table
     from lakehouse import delta
     from lakehouse.join import TemporalJoin
@@ -294,8 +326,10 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
     stream = read_files_stream(spark, str(landing), topic="probe")
+    floor = spec.get("peer") == "floor"
+    handler = _floor_batch(opts.output_table, opts.probe_schema) if floor else TemporalJoin(opts)
     query = (
-        stream.writeStream.foreachBatch(TemporalJoin(opts))
+        stream.writeStream.foreachBatch(handler)
         .option("checkpointLocation", str(root / "checkpoint"))
         .trigger(processingTime=f"{spec['interval_s']} seconds")
         .start()
@@ -315,6 +349,7 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
     progress = [
         (p["numInputRows"], p["durationMs"].get("triggerExecution", 0) / 1000)
         for p in query.recentProgress
+        if _epoch_ms(p["timestamp"]) >= measured_from_ms
     ]
     query.stop()
     commits = {
@@ -327,9 +362,13 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
     commit_ms = rows["_batch_id"].map(commits).to_numpy(dtype=np.float64)
     lat = (commit_ms - rows["sent_ms"].to_numpy(dtype=np.float64)) / 1000.0
     lat = lat[rows["sent_ms"].to_numpy() >= measured_from_ms]
+    durations = [s for n, s in progress if n]
     return {
+        "peer": "floor" if floor else "proctime",
         "interval_s": spec["interval_s"],
         "rows_per_s": rate,
+        "batch_median_s": float(np.median(durations)) if durations else None,
+        "batch_p95_s": float(np.percentile(durations, 95)) if durations else None,
         "sent": sent[0],
         "joined": len(rows),
         "measured": len(lat),
