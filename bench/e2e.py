@@ -346,11 +346,16 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
     stop.set()
     writer.join()
     query.processAllAvailable()
+    measured = [p for p in query.recentProgress if _epoch_ms(p["timestamp"]) >= measured_from_ms]
     progress = [
-        (p["numInputRows"], p["durationMs"].get("triggerExecution", 0) / 1000)
-        for p in query.recentProgress
-        if _epoch_ms(p["timestamp"]) >= measured_from_ms
+        (p["numInputRows"], p["durationMs"].get("triggerExecution", 0) / 1000) for p in measured
     ]
+    # where a batch's time goes, as Spark's progress splits it (median seconds per phase)
+    busy = [p for p in measured if p["numInputRows"]]
+    phases = {
+        phase: float(np.median([p["durationMs"].get(phase, 0) / 1000 for p in busy]))
+        for phase in sorted({k for p in busy for k in p["durationMs"]})
+    }
     query.stop()
     commits = {
         int(c.metadata["lakehouse.batchId"]): c.timestamp_ms
@@ -369,6 +374,7 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
         "rows_per_s": rate,
         "batch_median_s": float(np.median(durations)) if durations else None,
         "batch_p95_s": float(np.percentile(durations, 95)) if durations else None,
+        "phases_s": phases,
         "sent": sent[0],
         "joined": len(rows),
         "measured": len(lat),
