@@ -186,7 +186,7 @@ def reader_features(snapshot: Any) -> tuple[int, list[str]]:
 
 
 class Unsupported(Exception):
-    """This delta-spark has none of the classes or constructors :func:`write_on` calls."""
+    """This delta-spark lacks one of the classes or constructors :func:`write_on` calls."""
 
 
 def write_on(
