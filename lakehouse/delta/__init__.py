@@ -2,7 +2,8 @@
 
 A micro-batch takes one :class:`TableSnapshot` of each table it needs (:func:`snapshot`),
 decides from those, then writes with :func:`append` / :func:`overwrite` (Delta's idempotent
-``txnAppId``/``txnVersion``) and reads pinned versions with :func:`read`.
+``txnAppId``/``txnVersion``; :func:`stage_append` writes an append's files before its commit)
+and reads pinned versions with :func:`read`.
 """
 
 from lakehouse.delta._engine import LOG_READS as LOG_READS
@@ -36,13 +37,16 @@ from lakehouse.delta.schema import first_inexact as first_inexact
 from lakehouse.delta.schema import inexact as inexact
 from lakehouse.delta.schema import same_type as same_type
 from lakehouse.delta.schema import spark_schema_to_arrow as spark_schema_to_arrow
+from lakehouse.delta.write import StagedAppend as StagedAppend
 from lakehouse.delta.write import append as append
 from lakehouse.delta.write import compact_files as compact_files
 from lakehouse.delta.write import overwrite as overwrite
+from lakehouse.delta.write import stage_append as stage_append
 
 __all__ = [
     "NAMESPACE",
     "CommitInfo",
+    "StagedAppend",
     "TableSnapshot",
     "WriteResult",
     "append",
@@ -68,6 +72,7 @@ __all__ = [
     "set_properties",
     "snapshot",
     "spark_schema_to_arrow",
+    "stage_append",
     "table_exists",
     "table_schema",
     "transaction_version",

@@ -14,8 +14,9 @@ them on the driver:
   do for Delta);
 * :func:`transactions` — ``Snapshot.transactions``: Delta rebuilds the table state for it
   (small Spark jobs over the log), asked only when no recent commit set the application id;
-* :func:`write_on` — Delta's own ``WriteIntoDelta`` on a transaction started from the batch's
-  snapshot, without its application-transaction look-up (see there).
+* :func:`stage_on` and :func:`commit_on` — Delta's own ``WriteIntoDelta`` on a transaction
+  started from the batch's snapshot, without its application-transaction look-up, its files
+  written first and its commit made later (:func:`write_on`: both at once).
 
 The calls are to classes of delta-spark 4.x (``org.apache.spark.sql.delta.DeltaLog``,
 ``Snapshot``) pinned in ``jvm/spark/pom.xml``; tests/integration/test_delta.py exercises each
@@ -29,6 +30,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -189,7 +191,30 @@ class Unsupported(Exception):
     """This delta-spark lacks one of the classes or constructors :func:`write_on` calls."""
 
 
-def write_on(
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A write whose data files are written and whose commit is not (:func:`stage_on`):
+    the transaction, Delta's commit actions and what the commit's operation needs."""
+
+    txn: Any
+    actions: Any
+    tags: Any
+    app_id: str | None
+    #: the commit's ``WRITE`` operation, given its ``userMetadata`` (the text or None)
+    operation: Callable[[str | None], Any]
+
+    def paths(self) -> list[str]:
+        """The data files written (their paths relative to the table), uncommitted."""
+        out = []
+        it = self.actions.iterator()
+        while it.hasNext():
+            action = it.next()
+            if action.getClass().getSimpleName() == "AddFile":
+                out.append(str(action.path()))
+        return out
+
+
+def stage_on(
     spark: SparkSession,
     log: Any,
     jsnapshot: Any,
@@ -197,21 +222,21 @@ def write_on(
     *,
     mode: str,
     options: dict[str, str],
-    before_commit: Callable[[], None] = lambda: None,
-) -> None:
-    """Write ``jdf`` to the table as ``DataFrameWriter.save`` does (``WriteIntoDelta``, the
-    same options, the same ``WRITE`` commit), on a transaction started from ``jsnapshot``,
-    except that Delta is not asked whether ``txnAppId`` is already recorded.
+) -> Staged:
+    """Write ``jdf``'s data files as ``DataFrameWriter.save`` does (``WriteIntoDelta``, the
+    same options), on a transaction started from ``jsnapshot``, and stop before the commit:
+    :func:`commit_on` commits them, with the commit's ``userMetadata`` decided only then
+    (from what the write observed, say). Until then nothing reads the files; a process that
+    stops in between leaves them unreferenced, for ``VACUUM``.
 
-    Delta answers that with ``Snapshot.transactions``, a rebuild of the table's state (a Spark
-    job over its checkpoint and log) in every write, which the caller has already answered
-    from the commits of the same snapshot (:meth:`TableSnapshot.records`). The transaction
-    still records ``txnAppId`` as read, so a commit of the same application id after
-    ``jsnapshot`` (a second copy of the pipeline) fails this one with Delta's
-    ``ConcurrentTransactionException``, as the writer's own check does; and it commits the
-    ``SetTransaction`` the option asks for, as the writer does.
-
-    ``before_commit`` runs after the data files are written, before the commit (a failpoint).
+    The transaction does not ask Delta whether ``txnAppId`` is already recorded. Delta answers
+    that with ``Snapshot.transactions``, a rebuild of the table's state (a Spark job over its
+    checkpoint and log) in every write, which the caller has already answered from the
+    commits of the same snapshot (:meth:`TableSnapshot.records`). The transaction still
+    records ``txnAppId`` as read, so a commit of the same application id after ``jsnapshot``
+    (a second copy of the pipeline) fails this one with Delta's
+    ``ConcurrentTransactionException``, as the writer's own check does; and its commit
+    carries the ``SetTransaction`` the option asks for, as the writer's does.
 
     Raises:
         Unsupported: before anything is written, when this delta-spark lacks one of the
@@ -227,27 +252,34 @@ def write_on(
         nil = getattr(_class(spark, "scala.collection.immutable.Nil$"), "MODULE$")
         conf = _class(spark, "scala.collection.immutable.HashMap")()
         for key, value in options.items():
-            conf = conf.updated(key, value)
+            if key != "userMetadata":  # the commit's, given to commit_on
+                conf = conf.updated(key, value)
         save_mode = getattr(_class(spark, "org.apache.spark.sql.SaveMode"), mode.capitalize())
         some = _class(spark, "scala.Option").apply
         delta_options = _class(spark, f"{delta}.DeltaOptions")(conf, session.sessionState().conf())
         empty = _class(spark, "scala.collection.immutable.HashMap")()
         command_class = _class(spark, f"{delta}.commands.WriteIntoDelta")
         write_class = _class(spark, f"{delta}.DeltaOperations$Write")
-        metadata = some(options.get("userMetadata"))
+        merge = some(True) if options.get("mergeSchema") == "true" else none
         try:  # delta-spark 4.4 (pinned in jvm/spark)
             command = command_class(
                 log, save_mode, delta_options, nil, empty, jdf, none, none, False
             )
-            operation = write_class(
-                save_mode, some(nil), none, metadata, none, none,
-                some(True) if options.get("mergeSchema") == "true" else none, none, none,
-            )  # fmt: skip
+            write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
+
+            def operation(text: str | None) -> Any:
+                return write_class(
+                    save_mode, some(nil), none, some(text), none, none, merge, none, none
+                )
         except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
             if isinstance(e, Py4JJavaError):
                 raise
             command = command_class(log, save_mode, delta_options, nil, empty, jdf, none, none)
-            operation = write_class(save_mode, some(nil), none, metadata)
+            write_class(save_mode, some(nil), none, none)
+
+            def operation(text: str | None) -> Any:
+                return write_class(save_mode, some(nil), none, some(text))
+
         active = getattr(_class(spark, f"{delta}.OptimisticTransaction$"), "MODULE$")
     except Py4JError as e:
         if isinstance(e, Py4JJavaError):
@@ -257,9 +289,46 @@ def write_on(
     active.setActive(txn)
     try:
         data = command.writeAndReturnCommitData(txn, session, none, False)
-        if "txnAppId" in options:
-            txn.readTxn().addOne(options["txnAppId"])
-        before_commit()
-        txn.commitIfNeeded(data.actions(), operation, data.stringTags())
     finally:
         active.clearActive()
+    app_id = options.get("txnAppId")
+    if app_id is not None:
+        txn.readTxn().addOne(app_id)
+    return Staged(
+        txn=txn, actions=data.actions(), tags=data.stringTags(), app_id=app_id, operation=operation
+    )
+
+
+def commit_on(
+    staged: Staged,
+    user_metadata: str | None,
+    *,
+    before_commit: Callable[[], None] = lambda: None,
+) -> None:
+    """Commit what :func:`stage_on` wrote, with Delta's ``WRITE`` operation and
+    ``user_metadata`` as the commit's ``userMetadata``, after Delta's conflict check against
+    every commit since the staged transaction's snapshot. ``before_commit`` runs first (a
+    failpoint)."""
+    before_commit()
+    staged.txn.commitIfNeeded(staged.actions, staged.operation(user_metadata), staged.tags)
+
+
+def write_on(
+    spark: SparkSession,
+    log: Any,
+    jsnapshot: Any,
+    jdf: Any,
+    *,
+    mode: str,
+    options: dict[str, str],
+    before_commit: Callable[[], None] = lambda: None,
+) -> None:
+    """:func:`stage_on`, then :func:`commit_on` with the ``userMetadata`` option: what
+    ``DataFrameWriter.save`` does with these options, without Delta's own look-up of
+    ``txnAppId``. ``before_commit`` runs after the data files are written, before the commit.
+
+    Raises:
+        Unsupported: as :func:`stage_on`.
+    """
+    staged = stage_on(spark, log, jsnapshot, jdf, mode=mode, options=options)
+    commit_on(staged, options.get("userMetadata"), before_commit=before_commit)

@@ -14,7 +14,9 @@ twice (tests/integration/test_writer_race.py). Appends compact a table's small f
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.delta import _engine
@@ -46,7 +48,7 @@ from lakehouse.errors import (
 from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
 log = logging.getLogger("lakehouse.delta")
@@ -63,6 +65,9 @@ COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
 #: already told whether the table records the batch, instead of letting Delta's writer ask
 #: again (a rebuild of the table's state, about 0.3 s a write): "false" turns that off.
 DIRECT_WRITE_CONF = "spark.lakehouse.directWrite"
+#: How long :meth:`StagedAppend.metrics` waits for Spark to report a write's observed metrics
+#: (its listener bus delivers them a moment after the job ends).
+METRICS_WAIT_S = 30.0
 
 
 def append(
@@ -213,33 +218,61 @@ def _write(
             uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
         )
     data = df.coalesce(max_files) if max_files else df
-    options: dict[str, str] = {}
-    if txn is not None:
-        options.update(txnAppId=txn[0], txnVersion=str(txn[1]))
+    options = _options(txn, schema_mode)
     text = _user_metadata(metadata)
     if text is not None:
         options["userMetadata"] = text
-    if schema_mode != "strict":
-        options["mergeSchema"] = "true"
     try:
         if not (txn is not None and snap.exists and _write_on(data, snap, mode, options)):
             data.write.format("delta").mode(mode).options(**options).save(uri)
     except Exception as e:
-        name = _java_class(e)
-        if txn is not None and "ConcurrentTransaction" in name:
-            # another copy of this pipeline committed the same batch first: written once
-            return WriteResult(version=_after_write(spark, uri).version, skipped=True, rows=0)
-        if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
-            raise ConcurrentCommitError(
-                f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
-                table_uri=uri,
-            ) from e
-        if "DELTA_FAILED_TO_MERGE_FIELDS" in str(e) or "SCHEMA" in str(e).split("]")[0].upper():
-            raise SchemaMismatchError(
-                f"Delta table '{uri}' refused the data's schema: {_first_line(e)}",
-                table_uri=uri,
-            ) from e
-        raise
+        return _refused(e, spark, uri, txn)
+    return _finish(spark, uri, snap, txn, mode=mode, compact_every=compact_every)
+
+
+def _options(txn: tuple[str, int] | None, schema_mode: SchemaMode) -> dict[str, str]:
+    """The writer options of an idempotent write in ``schema_mode`` (no ``userMetadata``)."""
+    options: dict[str, str] = {}
+    if txn is not None:
+        options.update(txnAppId=txn[0], txnVersion=str(txn[1]))
+    if schema_mode != "strict":
+        options["mergeSchema"] = "true"
+    return options
+
+
+def _refused(
+    e: Exception, spark: SparkSession, uri: str, txn: tuple[str, int] | None
+) -> WriteResult:
+    """What a write that Delta refused with ``e`` means: the same batch committed by another
+    copy of the pipeline first (skipped: written once), else a clear error."""
+    name = _java_class(e)
+    if txn is not None and "ConcurrentTransaction" in name:
+        # another copy of this pipeline committed the same batch first: written once
+        return WriteResult(version=_after_write(spark, uri).version, skipped=True, rows=0)
+    if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
+        raise ConcurrentCommitError(
+            f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
+            table_uri=uri,
+        ) from e
+    if "DELTA_FAILED_TO_MERGE_FIELDS" in str(e) or "SCHEMA" in str(e).split("]")[0].upper():
+        raise SchemaMismatchError(
+            f"Delta table '{uri}' refused the data's schema: {_first_line(e)}",
+            table_uri=uri,
+        ) from e
+    raise e
+
+
+def _finish(
+    spark: SparkSession,
+    uri: str,
+    snap: TableSnapshot,
+    txn: tuple[str, int] | None,
+    *,
+    mode: str,
+    compact_every: int | None,
+) -> WriteResult:
+    """After a commit on ``snap``: the table as the commit left it, its small files compacted
+    when the commit crossed a multiple of ``compact_every``, and what was written."""
     after = _after_write(spark, uri)
     info = after.commit(after.version)
     before = snap.version if snap.exists else -1
@@ -264,6 +297,152 @@ def _write(
                 return WriteResult(version=past.version, skipped=False, rows=past.rows)
         return WriteResult(version=after.version, skipped=True, rows=0)
     return WriteResult(version=after.version, skipped=False, rows=info.rows if info else 0)
+
+
+@dataclass(eq=False)
+class StagedAppend:
+    """An idempotent append whose data files are written and whose commit is not
+    (:func:`stage_append`): commit it with the metadata decided from what it observed, or
+    discard it. The commit is checked by Delta against every commit since the snapshot the
+    files were written on, so staging changes nothing in the exactly-once argument: a batch
+    that stops before its commit leaves files no version names, and its replay writes again.
+    """
+
+    uri: str
+    txn: tuple[str, int]
+    spark: SparkSession
+    snap: TableSnapshot
+    staged: _engine.Staged
+    observation: Any | None
+    compact_every: int | None = None
+
+    def metrics(self, wait_s: float = METRICS_WAIT_S) -> dict[str, Any] | None:
+        """The values of the ``observe`` expressions over the rows written, by alias. Spark
+        reports them when the write's query ends, through its listener bus; None when it
+        has not within ``wait_s`` seconds (a listener bus behind), or nothing was observed."""
+        if self.observation is None:
+            return None
+        future = self.observation._jo.future()
+        deadline = time.monotonic() + wait_s
+        pause = 0.001
+        while not future.isCompleted():
+            if time.monotonic() > deadline:
+                log.warning(
+                    "Delta table %s: Spark did not report the write's observed metrics "
+                    "within %.0f s; counting the rows again",
+                    self.uri,
+                    wait_s,
+                )
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return dict(self.observation.get)
+
+    def commit(self, metadata: Metadata = None) -> WriteResult:
+        """Commit the staged files with ``metadata`` (as :func:`append`'s), which Delta refuses
+        when a commit since the snapshot conflicts (the same batch by another copy of the
+        pipeline: reported as skipped)."""
+        try:
+            _engine.commit_on(
+                self.staged,
+                _user_metadata(metadata),
+                before_commit=lambda: failpoint("delta.before_commit", self.txn[1]),
+            )
+        except Exception as e:
+            return _refused(e, self.spark, self.uri, self.txn)
+        return _finish(
+            self.spark,
+            self.uri,
+            self.snap,
+            self.txn,
+            mode="append",
+            compact_every=self.compact_every,
+        )
+
+    def discard(self) -> None:
+        """Delete the staged files (no version names them); the table is as before."""
+        jvm: Any = self.spark.sparkContext._jvm
+        base = self.snap._log.dataPath()
+        fs = base.getFileSystem(self.spark._jsparkSession.sessionState().newHadoopConf())
+        for relative in self.staged.paths():
+            path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(relative))
+            fs.delete(
+                path if path.isAbsolute() else jvm.org.apache.hadoop.fs.Path(base, path), False
+            )
+
+
+def stage_append(
+    df: DataFrame,
+    uri: str,
+    *,
+    txn: tuple[str, int],
+    schema_mode: SchemaMode = "strict",
+    max_files: int | None = None,
+    observe: Sequence[Column] = (),
+    compact_every: int | None = None,
+) -> StagedAppend | None:
+    """Write the data files of :func:`append` ``(df, uri, txn=txn, ...)`` now and its commit
+    later (:meth:`StagedAppend.commit`), when the commit's metadata depends on the rows:
+    ``observe`` (aggregate expressions with aliases, as for ``DataFrame.observe``) is computed
+    by the write itself, not by a Spark job of its own (:meth:`StagedAppend.metrics`).
+
+    None, with nothing written, where :func:`append` would commit more than the data or
+    would not write at all: the table does not exist, it records ``txn`` already, a
+    ``"widen"`` needs a column widened first, the session turns direct writes off
+    (:data:`DIRECT_WRITE_CONF`), delta-spark lacks the internals, or the process committed
+    to the table after the batch's look at it. The caller then appends as usual.
+
+    Raises:
+        SchemaMismatchError: as :func:`append`.
+    """
+    global _direct_refused
+    from pyspark.sql import Observation
+
+    spark = df.sparkSession
+    if _direct_refused is not None or spark.conf.get(DIRECT_WRITE_CONF, "true") != "true":
+        return None
+    snap = snapshot(uri, spark=spark)
+    if not snap.exists or snap.records(*txn):
+        return None
+    if int(_engine.installed(snap._log).version()) != snap.version:
+        return None
+    if schema_mode == "widen":
+        casts, wider = _type_changes(df, snap)
+        if wider:
+            return None
+        df = _cast(df, casts)
+    check_compatible(
+        uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
+    )
+    observation = None
+    if observe:
+        observation = Observation()
+        df = df.observe(observation, *observe)
+    data = df.coalesce(max_files) if max_files else df
+    try:
+        staged = _engine.stage_on(
+            spark,
+            snap._log,
+            snap._jsnapshot,
+            data._jdf,
+            mode="append",
+            options=_options(txn, schema_mode),
+        )
+    except _engine.Unsupported as e:
+        _refuse_direct(str(e))
+        return None
+    except Exception as e:
+        _refused(e, spark, uri, None)
+        raise
+    return StagedAppend(
+        uri=uri,
+        txn=txn,
+        spark=spark,
+        snap=snap,
+        staged=staged,
+        observation=observation,
+        compact_every=compact_every,
+    )
 
 
 #: Why this process's delta-spark cannot take :func:`_write_on` (None: not tried yet, or it can).
@@ -294,10 +473,17 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
             before_commit=lambda: failpoint("delta.before_commit", int(options["txnVersion"])),
         )
     except _engine.Unsupported as e:
-        _direct_refused = str(e)
-        log.info("delta: writes ask Delta for their transaction (%s)", _direct_refused)
+        _refuse_direct(str(e))
         return False
     return True
+
+
+def _refuse_direct(why: str) -> None:
+    """This process's delta-spark cannot write directly: every later write goes through
+    ``DataFrameWriter``."""
+    global _direct_refused
+    _direct_refused = why
+    log.info("delta: writes ask Delta for their transaction (%s)", why)
 
 
 def _crossed(before: int, after: int, every: int) -> bool:
@@ -326,11 +512,12 @@ def compact_files(uri: str, *, spark: SparkSession | None = None) -> int | None:
     return after if after > before else None
 
 
-def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame, TableSnapshot]:
-    """The ``"widen"`` schema mode of :func:`append`: cast what fits the table, widen the
-    table where the data is wider, refuse the rest (:func:`check_compatible` then names it)."""
-    from pyspark.sql import functions as F
-
+def _type_changes(
+    df: DataFrame, snap: TableSnapshot
+) -> tuple[dict[str, DataType], dict[str, DataType]]:
+    """The ``"widen"`` schema mode's two kinds of type change: the data's columns whose values
+    fit the table's type (cast to it), and the table's columns whose values fit the data's
+    type (widened to it). A column that is neither is left for :func:`check_compatible`."""
     table = {f.name: f.dataType for f in snap.schema.fields}
     casts: dict[str, DataType] = {}
     wider: dict[str, DataType] = {}
@@ -342,11 +529,26 @@ def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame
             casts[f.name] = have
         elif widened(have, f.dataType) == f.dataType:
             wider[f.name] = f.dataType
-    if casts:
-        df = df.select(
-            *[F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in df.columns]
-        )
+    return casts, wider
+
+
+def _cast(df: DataFrame, casts: Mapping[str, DataType]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if not casts:
+        return df
+    return df.select(
+        *[F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in df.columns]
+    )
+
+
+def _meet_types(df: DataFrame, uri: str, snap: TableSnapshot) -> tuple[DataFrame, TableSnapshot]:
+    """The ``"widen"`` schema mode of :func:`append`: cast what fits the table, widen the
+    table where the data is wider, refuse the rest (:func:`check_compatible` then names it)."""
+    casts, wider = _type_changes(df, snap)
+    df = _cast(df, casts)
     if wider:
+        table = {f.name: f.dataType for f in snap.schema.fields}
         changes = ", ".join(
             f"{c} {table[c].simpleString()} -> {t.simpleString()}" for c, t in wider.items()
         )

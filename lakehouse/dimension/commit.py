@@ -108,6 +108,31 @@ class CommitPlan:
     finishes_create: bool = False
     connect_schemas: str | None = None
 
+    @property
+    def data_only(self) -> bool:
+        """The plan commits nothing before its data commit, which also writes only the
+        batch's rows: the table's version at the batch's look is the one the data commit
+        follows, so files written on that snapshot before the plan was made can be it.
+
+        >>> plan = CommitPlan(create=None, learn_key=None, start_resnapshot=False, block=None,
+        ...     starts_block=False, record_block=False, blocked_so_far=0, ghost_deletes=False,
+        ...     max_event_time_ms=5, watermark_ms=0, metadata={})
+        >>> plan.data_only
+        True
+        >>> from dataclasses import replace
+        >>> replace(plan, learn_key="id").data_only, replace(plan, ghost_deletes=True).data_only
+        (False, False)
+        """
+        return (
+            self.create is None
+            and self.learn_key is None
+            and self.connect_schemas is None
+            and not self.start_resnapshot
+            and not self.record_block
+            and not self.ghost_deletes
+            and not self.changes_nothing
+        )
+
 
 def same_bookkeeping(recorded: str | None, decided: str) -> bool:
     """Whether a batch's snapshot bookkeeping (JSON) records nothing the table's last data

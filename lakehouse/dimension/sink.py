@@ -12,9 +12,11 @@ decides from, decides in pure code, then writes:
    for everything), decides each table's columns and projects the events onto the build
    table layout (:mod:`.plan`, :mod:`.layout`), decides its snapshot signals
    (:mod:`.signals`) and its commit (:mod:`.commit`);
-4. appends rejected records to the dead-letter table, then each target's versions, each
-   with the idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch
-   id, build watermark, max event time, end offsets, row count);
+4. writes each existing target's rows as data files on the snapshot of its look, counting
+   them as they are written (:func:`lakehouse.delta.stage_append`), appends rejected records
+   to the dead-letter table, then commits each target's versions, each with the idempotent
+   transaction ``(pipeline_id, batch_id)`` and commit metadata (batch id, build watermark,
+   max event time, end offsets, row count);
 5. sets the snapshot-complete marker of a target whose snapshot ended (its signal is now
    covered), as a separate commit **after** the data commit; clears it, as a commit
    **before** the data commit, when a re-snapshot starts.
@@ -109,7 +111,10 @@ from lakehouse.failpoints import failpoint
 from lakehouse.parallel import map_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+#: A table's rows of one batch are written as at most this many files.
+MAX_FILES = 2
 
 log = logging.getLogger("lakehouse.dimension")
 
@@ -122,6 +127,17 @@ class _Written:
     result: delta.WriteResult
     synthetic_deletes: int
     block: SchemaBlock | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A target's part of a batch before its commit: the plan, its rows and dead letters,
+    what the rows hold, and their files when they are written already."""
+
+    plan: TargetPlan
+    frames: TargetFrames
+    stats: RowStats
+    staged: delta.StagedAppend | None = None
 
 
 class BuildSink:
@@ -315,22 +331,36 @@ class BuildSink:
         spark = decoded.sparkSession
         registering = threading.Lock()
 
-        def prepare(target: BuildTarget) -> tuple[TargetPlan, TargetFrames, RowStats]:
-            plan, frames = self._plan(
-                decoded, target, looks[target.table_uri], changes, ddl_events, batch_id
-            )
+        def prepare(target: BuildTarget) -> _Prepared:
+            look = looks[target.table_uri]
+            plan, frames = self._plan(decoded, target, look, changes, ddl_events, batch_id)
             if frames.rows is None:
-                return plan, frames, RowStats()
+                return _Prepared(plan, frames, RowStats())
+            staged = None
+            if look.exists and not look.replay:
+                # the rows' files first, their statistics observed by that write: the commit
+                # (its metadata holds them) comes after the dead letters, as always
+                staged = delta.stage_append(
+                    frames.rows,
+                    target.table_uri,
+                    txn=(self.pipeline_id, batch_id),
+                    schema_mode="widen",
+                    max_files=MAX_FILES,
+                    observe=_row_stat_columns(),
+                )
+                observed = staged.metrics() if staged is not None else None
+                if observed is not None:
+                    return _Prepared(plan, frames, _stats_of(observed), staged)
             # the target's rows, computed once: for their statistics, then for the commit
             rows = frames.rows.persist()
             with registering:
                 cached.callback(rows.unpersist)
-            return plan, TargetFrames(rows, frames.rejected), _row_stats(rows)
+            return _Prepared(plan, TargetFrames(rows, frames.rejected), _row_stats(rows), staged)
 
         prepared = map_tables(spark, prepare, self.targets, workers=self.table_parallelism)
-        plans = [plan for plan, _, _ in prepared]
-        rows = [frames.rows for _, frames, _ in prepared]
-        stats = [stat for _, _, stat in prepared]
+        plans = [p.plan for p in prepared]
+        rows = [p.frames.rows for p in prepared]
+        stats = [p.stats for p in prepared]
         routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
@@ -338,7 +368,7 @@ class BuildSink:
             decoded,
             signal_df,
             signals,
-            [frames.rejected for _, frames, _ in prepared],
+            [p.frames.rejected for p in prepared],
             kinds.get("error", 0) + refused,
             batch_id,
         )
@@ -365,7 +395,7 @@ class BuildSink:
                 marks,
             )
             return self._commit_target(
-                plan, look, frame, stat, decision, batch_id, end_offsets, newest
+                plan, look, frame, stat, decision, batch_id, end_offsets, newest, prepared[i].staged
             )
 
         reports = map_tables(spark, commit, range(len(plans)), workers=self.table_parallelism)
@@ -483,11 +513,14 @@ class BuildSink:
         batch_id: int,
         end_offsets: Mapping[str, Mapping[str, int]],
         newest_schemas: Mapping[str, str],
+        staged: delta.StagedAppend | None = None,
     ) -> TargetReport:
         """Decide the table's commit from its look (:func:`plan_commit`), write it, then set
         the marker when the decision fired and the data is committed. ``rows``: the table's
-        rows of this batch (persisted), ``stats`` what they hold; ``newest_schemas``: the
-        newest Connect schema text per source table the batch's records brought."""
+        rows of this batch, ``stats`` what they hold; ``newest_schemas``: the newest Connect
+        schema text per source table the batch's records brought; ``staged``: the rows' files
+        written already (their commit is the data commit when the plan commits nothing
+        before it, else they are deleted and the rows written again)."""
         uri = plan.target.table_uri
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
@@ -509,9 +542,15 @@ class BuildSink:
             now_iso=now_iso(),
             connect_schemas=schemas_property,
         )
+        if staged is not None and not commit.data_only:
+            staged.discard()
+            staged = None
         if commit.changes_nothing:
             unchanged = delta.WriteResult(version=look.version, skipped=False, rows=0)
             written = _Written(result=unchanged, synthetic_deletes=0, block=None)
+        elif staged is not None:
+            result = staged.commit(commit.metadata)
+            written = _Written(result=result, synthetic_deletes=0, block=commit.block)
         else:
             written = self._write_target(plan, commit, rows, batch_id)
         failpoint("ingest.after_data", batch_id)
@@ -613,7 +652,7 @@ class BuildSink:
             txn=(self.pipeline_id, batch_id),
             metadata=metadata,
             schema_mode="widen",
-            max_files=2,
+            max_files=MAX_FILES,
         )
         return _Written(result=result, synthetic_deletes=synthetic_count, block=block)
 
@@ -683,18 +722,27 @@ class BuildSink:
         )
 
 
-def _row_stats(rows: DataFrame | None) -> RowStats:
-    """Count the batch's rows for a table and find their largest event time (one job)."""
-    if rows is None:
-        return RowStats()
+def _row_stat_columns() -> list[Column]:
+    """A table's :class:`RowStats` as aggregate expressions over its rows of the batch."""
     from pyspark.sql import functions as F
 
-    agg = rows.agg(F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")).collect()[0]
+    return [F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")]
+
+
+def _stats_of(agg: Mapping[str, Any]) -> RowStats:
+    """:class:`RowStats` from the values of :func:`_row_stat_columns`."""
     biggest = agg["m"]
     return RowStats(
         count=int(agg["n"]),
         max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
     )
+
+
+def _row_stats(rows: DataFrame | None) -> RowStats:
+    """Count the batch's rows for a table and find their largest event time (one job)."""
+    if rows is None:
+        return RowStats()
+    return _stats_of(rows.agg(*_row_stat_columns()).collect()[0].asDict())
 
 
 def _log_unrouted_ddl(

@@ -200,6 +200,8 @@ INGEST_CHAINS: dict[str, dict[int, tuple[str, ...]]] = {
             "batch.start@0",
             "ingest.after_dead_letters@0",
             "create.before_properties@0",
+            # batch 1's rows are staged (written before the dead letters), not yet committed
+            "delta.before_commit@1",
             "ingest.batch_end@1",
             "ingest.after_connect_schemas@2",
             "widen.before_data@2",

@@ -297,6 +297,54 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
     assert len(_commits(str(tmp_path / "direct"))) == 5
 
 
+def test_a_staged_append_commits_what_append_commits(spark, tmp_path):
+    """An append staged (its files written first, counted by the write itself, its metadata
+    given at the commit) commits what :func:`delta.append` commits, action for action; a
+    replay, a missing table and a type to widen are not staged; a discarded one leaves no
+    file; a second copy of the pipeline committing the batch first wins."""
+    from pyspark.sql import functions as F
+
+    stats = [F.max("id").alias("m"), F.count(F.lit(1)).alias("n")]
+    wider = _rows(spark, 5, 6).withColumn("note", F.lit("x"))
+    plain, staged = str(tmp_path / "plain"), str(tmp_path / "staged")
+    for uri in (plain, staged):
+        delta.append(_rows(spark, 0, 3), uri, txn=("job", 0))
+    delta.append(_rows(spark, 3, 5), plain, txn=("job", 1), metadata={"lakehouse.batchId": 1})
+    delta.append(wider, plain, txn=("job", 2), schema_mode="merge", max_files=1)
+
+    assert delta.stage_append(_rows(spark, 0, 1), str(tmp_path / "none"), txn=("job", 1)) is None
+    first = delta.stage_append(_rows(spark, 3, 5), staged, txn=("job", 1), observe=stats)
+    assert first is not None and first.metrics() == {"m": 4, "n": 2}
+    assert delta.latest_version(staged) == 0  # written, not committed
+    result = first.commit({"lakehouse.batchId": 1})
+    assert (result.version, result.rows, result.skipped) == (1, 2, False)
+    assert delta.stage_append(_rows(spark, 0, 9), staged, txn=("job", 1)) is None  # a replay
+    second = delta.stage_append(wider, staged, txn=("job", 2), schema_mode="merge", max_files=1)
+    assert second is not None and second.metrics() is None  # nothing observed
+    second.commit()
+    assert _commits(staged) == _commits(plain)
+
+    # widening a column commits before the data: not staged
+    longer = _rows(spark, 6, 7).withColumn("amount", F.col("amount").cast("decimal(20,3)"))
+    assert delta.stage_append(longer, staged, txn=("job", 3), schema_mode="widen") is None
+
+    def data_files(uri: str) -> set[str]:
+        return {p.name for p in Path(uri).glob("*.parquet")}
+
+    before = data_files(staged)
+    dropped = delta.stage_append(_rows(spark, 7, 9), staged, txn=("job", 3))
+    assert dropped is not None and data_files(staged) > before
+    dropped.discard()
+    assert data_files(staged) == before and delta.latest_version(staged) == 2
+
+    # a second copy of the pipeline commits batch 3 after this one staged it: written once
+    late = delta.stage_append(_rows(spark, 7, 9), staged, txn=("job", 3))
+    assert late is not None
+    delta.append(_rows(spark, 7, 9), staged, txn=("job", 3))
+    assert late.commit({"lakehouse.batchId": 3}).skipped
+    assert delta.latest_version(staged) == 3 and delta.row_count(staged) == 8
+
+
 def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_path):
     """The files a join's pending table reads come from its last overwrite's commit, and are
     the files Delta lists, across property sets; anything else is left to Delta."""
