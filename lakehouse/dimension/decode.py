@@ -271,21 +271,50 @@ def decode_raw(
     """Decode raw source records; one output row per input record, **persisted** (the
     caller unpersists it).
 
-    The JVM decodes the records it can (:mod:`lakehouse.dimension.jvm_decode`); only when
-    some are left does a second pass decode those in Python (:func:`decode_record`). ``wire``
-    holds the schemas the JVM knows and learns those of this batch's records (when it knows
-    none, from the batch's first record first). ``schemas``: the build tables' recorded
-    Connect schemas by source table (texts) at the start of the batch."""
+    The JVM decodes the records it can (:func:`decode_start`); only when some are left does
+    a second pass decode those in Python (:func:`decode_rest`). ``wire`` holds the schemas
+    the JVM knows and learns those of this batch's records (when it knows none, from the
+    batch's first record first). ``schemas``: the build tables' recorded Connect schemas by
+    source table (texts) at the start of the batch."""
     from pyspark.sql import functions as F
 
-    start = dict(schemas or {})
     wire = WireSchemas() if wire is None else wire
+    fast = decode_start(raw, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
+    if fast.filter(F.col("_kind").isNull()).isEmpty():
+        return fast
+    return decode_rest(fast, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
+
+
+def decode_start(
+    raw: DataFrame,
+    *,
+    max_record_bytes: int,
+    schemas: Mapping[str, str] | None,
+    wire: WireSchemas,
+) -> DataFrame:
+    """The JVM's decode of the records (:func:`lakehouse.dimension.jvm_decode.decode_fast`),
+    **persisted** and not yet computed: a record it cannot decode exactly has a NULL
+    ``_kind``, for :func:`decode_rest`. The caller's first job over it (its summary, say)
+    computes it once and tells whether any is left."""
     if wire.empty:
         wire.learn_texts(_texts(raw.select("key", "value").limit(1).collect()))
-    fast = decode_fast(raw, wire, max_bytes=max_record_bytes, start=start).persist()
+    return decode_fast(raw, wire, max_bytes=max_record_bytes, start=dict(schemas or {})).persist()
+
+
+def decode_rest(
+    fast: DataFrame,
+    *,
+    max_record_bytes: int,
+    schemas: Mapping[str, str] | None,
+    wire: WireSchemas,
+) -> DataFrame:
+    """Decode in Python the records :func:`decode_start` left (NULL ``_kind``), keeping the
+    JVM's rows; the result is **persisted** and computed, ``fast`` unpersisted. ``wire``
+    learns the schemas of the records left, so that the JVM decodes them from the next batch
+    on."""
+    from pyspark.sql import functions as F
+
     left = fast.filter(F.col("_kind").isNull())
-    if left.isEmpty():
-        return fast
     payload = F.lit('"payload":')
     seen = (
         left.select(
@@ -299,7 +328,7 @@ def decode_raw(
         .collect()
     )
     done = fast.mapInArrow(
-        _complete_batches(max_record_bytes, start, wire.marks()), DECODED_DDL
+        _complete_batches(max_record_bytes, dict(schemas or {}), wire.marks()), DECODED_DDL
     ).persist()
     done.count()
     fast.unpersist()

@@ -87,7 +87,11 @@ def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str
     return kinds, errors
 
 
-def summarise(decoded: DataFrame) -> tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]:
+#: :func:`summarise`'s three answers.
+Summary = tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]
+
+
+def summarise(decoded: DataFrame) -> Summary:
     """One Spark job for everything the driver decides from, returned three ways:
 
     * per record kind, error kind, source table, phase and column set: count ``n`` and the

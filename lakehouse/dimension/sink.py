@@ -60,7 +60,7 @@ from lakehouse.dimension.batch_signals import (
     routes,
 )
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
-from lakehouse.dimension.decode import decode_raw
+from lakehouse.dimension.decode import decode_rest, decode_start
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
     EVENT_TIME,
@@ -84,6 +84,7 @@ from lakehouse.dimension.marker import (
     start_resnapshot,
 )
 from lakehouse.dimension.plan import (
+    Summary,
     TargetFrames,
     TargetPlan,
     count_kinds,
@@ -259,12 +260,18 @@ class BuildSink:
         signals = read_signals(signal_df, {t.snapshot.notification_topic for t in self.targets})
         start = self._connect_schemas_at_start(looks, batch_id)
         with contextlib.ExitStack() as cached:  # what the batch persists, unpersisted at its end
-            decoded = decode_raw(
-                data, max_record_bytes=self.max_record_bytes, schemas=start, wire=self._wire
-            )
+            limit, wire = self.max_record_bytes, self._wire
+            decoded = decode_start(data, max_record_bytes=limit, schemas=start, wire=wire)
             cached.callback(decoded.unpersist)
+            # the summary's job computes the JVM's decode, and tells whether it left records
+            # for the Python decoder (then those are decoded and the summary taken again)
+            summarised = summarise(decoded)
+            if any(r["_kind"] is None for r in summarised[0]):
+                decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
+                cached.callback(decoded.unpersist)
+                summarised = summarise(decoded)
             return self._process_decoded(
-                decoded, signal_df, signals, looks, batch_id, started, start, cached
+                decoded, summarised, signal_df, signals, looks, batch_id, started, start, cached
             )
 
     # ------------------------------------------------------------------------------ internals
@@ -310,6 +317,7 @@ class BuildSink:
     def _process_decoded(
         self,
         decoded: DataFrame,
+        summarised: Summary,
         signal_df: DataFrame | None,
         signals: BatchSignals,
         looks: Mapping[str, TargetLook],
@@ -318,10 +326,12 @@ class BuildSink:
         start_schemas: Mapping[str, str],
         cached: contextlib.ExitStack,
     ) -> BatchReport:
-        """Plan each target, check its rows (one job each), write the dead letters, then
-        decide and commit each target. ``start_schemas``: the tables' Connect schema texts the
-        batch was decoded from; ``cached``: unpersists what this persists, at the batch's end."""
-        summary, data_ends, groups = summarise(decoded)
+        """Plan each target and write its rows' files (counted as they are written; a job
+        each), write the dead letters, then decide and commit each target. ``summarised``:
+        :func:`summarise` of ``decoded``; ``start_schemas``: the tables' Connect schema texts
+        the batch was decoded from; ``cached``: unpersists what this persists, at the batch's
+        end."""
+        summary, data_ends, groups = summarised
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
         kinds, errors_by_kind = count_kinds(summary)
         if signals.invalid:
