@@ -14,13 +14,15 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
     per second of the query's run, from start to termination (the Spark session already up;
     producing to the broker is not timed).
 ``latency``
-    Join latency per probe row, arrival to commit: a streaming processing-time join
-    (:class:`lakehouse.join.TemporalJoin` on the files source) at a trigger interval, fed
-    by a writer that renames a small file into the probe directory every
-    :data:`FEED_EVERY_S` seconds. Each record carries the wall time of its file's rename
-    (``sent_ms``); its latency is the commit time of the output version holding it minus that.
-    Only rows sent ``warmup_s`` after the query's third batch count (the first batches start
-    Python workers).
+    Batch duration, and latency per record from arrival to commit, of a streaming pipeline on
+    the files source at a trigger interval: a processing-time or row-time join
+    (:class:`lakehouse.join.TemporalJoin`) or an ingest (:class:`lakehouse.dimension.BuildSink`
+    of Debezium updates), or Spark's floor fed the same records (``"peer": "floor"``). A
+    writer renames a small file into the input directory every :data:`FEED_EVERY_S` seconds;
+    each record carries the wall time of its file's rename (``sent_ms``, or the Debezium
+    event's ``source.ts_ms``), and its latency is the commit time of the version holding it
+    minus that. Only rows sent ``warmup_s`` after the query's third batch count (the first
+    batches start Python workers).
 ``history``
     Cost per probe row as the history grows: one probe batch joined as of its rows' times
     against ``keys`` keys with 1, 10, 100 versions each, by the pure kernel probing an
@@ -252,17 +254,19 @@ def _epoch_ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _floor_batch(out: str, probe_schema: str) -> Any:
+def _floor_batch(out: str, schema: str, sent_ms: str | None = None) -> Any:
     """Spark's micro-batch floor (the peer of ``latency``): a ``foreachBatch`` that parses the
-    same records and appends them to Delta exactly once, with Delta's documented idiom
-    (``txnAppId``/``txnVersion`` on a ``DataFrameWriter``); the batch id goes into the rows and
-    the commit's metadata, as the join's does."""
+    same records with ``from_json`` (``schema``) and appends them to Delta exactly once, with
+    Delta's documented idiom (``txnAppId``/``txnVersion`` on a ``DataFrameWriter``); the batch
+    id goes into the rows and the commit's metadata, as the pipelines' do. ``sent_ms``: an
+    expression over the parsed record ``r`` for each record's send time, when ``schema`` has
+    no ``sent_ms`` column."""
     from pyspark.sql import functions as F
 
     def write(df: Any, batch_id: int) -> None:
-        rows = df.select(
-            F.from_json(F.col("value").cast("string"), probe_schema).alias("r")
-        ).select("r.*", F.lit(batch_id).alias("_batch_id"))
+        parsed = df.select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
+        sent = [F.expr(sent_ms).alias("sent_ms")] if sent_ms else []
+        rows = parsed.select("r.*", *sent, F.lit(batch_id).alias("_batch_id"))
         (
             rows.write.format("delta")
             .mode("append")
@@ -275,34 +279,92 @@ def _floor_batch(out: str, probe_schema: str) -> Any:
     return write
 
 
+#: The Debezium record the floor of an ingest parses: the row image and the send time.
+_CDC_FLOOR_SCHEMA = (
+    "payload struct<after: struct<currency: string, rate: string>, source: struct<ts_ms: bigint>>"
+)
+
+
+def _text(message: Any) -> str:
+    value = message.value_bytes()
+    assert value is not None
+    return str(value.decode("utf-8"))
+
+
 def latency(spec: dict[str, Any]) -> dict[str, Any]:
-    """Arrival-to-commit latency and batch duration of a streaming processing-time join at one
-    trigger interval (``interval_s``, 0: as fast as possible) and input rate, or, with
-    ``"peer": "floor"``, of Spark's floor fed the same way (:func:`_floor_batch`)."""
+    """Batch duration and arrival-to-commit latency of one streaming pipeline at one trigger
+    interval (``interval_s``, 0: as fast as possible) and input rate (``rows_per_s``), fed
+    from files: ``pipeline`` ``"proctime"`` (the default) or ``"rowtime"`` (a temporal join
+    against ``keys`` keys; row time releases a row once the probe watermark passes it, the
+    build side idle) or ``"ingest"`` (Debezium updates of ``keys`` keys into a build table).
+    With ``"peer": "floor"``, Spark's floor fed the same records (:func:`_floor_batch`)."""
     from bench.tables import join_options, write_build_table
     from lakehouse import delta
+    from lakehouse.dimension import BuildSink, BuildTarget
+    from lakehouse.dimension.layout import EVENT_TIME, INGESTED_AT, META_ROWS
     from lakehouse.join import TemporalJoin
     from lakehouse.sources import read_files_stream
+    from lakehouse.testing.debezium import DebeziumTable
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)
     spark = _spark("latency", spec.get("spark_conf", {}))
-    w = Workload(0, spec["keys"], spec.get("versions", 1))
-    build = str(root / "build")
-    write_build_table(spark, build, w)
-    opts = join_options(
-        root,
-        build,
-        mode="proctime",
-        watermark="none",
-        probe_time=None,
-        probe_schema="id bigint, k bigint, ts bigint, sent_ms bigint",
-    )
+    pipeline = spec.get("pipeline", "proctime")
+    floor = spec.get("peer") == "floor"
     landing = root / "probe"
     landing.mkdir(parents=True)
+    keys = spec["keys"]
+    out = str(root / "out")
+    cdc = DebeziumTable(
+        "public", "rates", key="currency", start_ms=int(time.time() * 1000), step_ms=0
+    )
+    if pipeline == "ingest":
+        codes = [f"C{i:07d}" for i in range(keys)]
+        snapshot = cdc.snapshot([{"currency": c, "rate": "1.0"} for c in codes])
+        (landing / "part-000000000-snapshot.jsonl").write_text(
+            "\n".join(_text(m) for m in snapshot) + "\n"
+        )
+        handler: Any = (
+            _floor_batch(out, _CDC_FLOOR_SCHEMA, "r.payload.source.ts_ms")
+            if floor
+            else BuildSink(
+                [BuildTarget(out, key_columns=("currency",))],
+                dead_letter_table=str(root / "dlq"),
+                pipeline_id="bench-ingest",
+            )
+        )
+    else:
+        w = Workload(0, keys, spec.get("versions", 1))
+        build = str(root / "build")
+        write_build_table(spark, build, w)
+        rowtime = pipeline == "rowtime"
+        opts = join_options(
+            root,
+            build,
+            mode=pipeline,
+            watermark="bounded" if rowtime else "none",
+            probe_time="ts" if rowtime else None,
+            probe_schema="id bigint, k bigint, ts bigint, sent_ms bigint",
+            build_idle_timeout_ms=1000 if rowtime else None,
+        )
+        assert opts.output_table == out
+        handler = _floor_batch(out, opts.probe_schema) if floor else TemporalJoin(opts)
     stop = threading.Event()
     rate = spec["rows_per_s"]
     sent = [0]
+
+    def lines(i: int, n: int, rng: Any, now_ms: int) -> list[str]:
+        picked = rng.integers(0, keys, n).tolist()
+        if pipeline == "ingest":
+            cdc.now_ms = now_ms
+            return [
+                _text(cdc.update({"currency": f"C{k:07d}", "rate": f"{i + j}.5"}))
+                for j, k in enumerate(picked)
+            ]
+        return [
+            json.dumps({"id": i + j, "k": k, "ts": now_ms, "sent_ms": now_ms})
+            for j, k in enumerate(picked)
+        ]
 
     def feed() -> None:
         rng = np.random.default_rng(11)
@@ -310,15 +372,9 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
         per_file = max(1, round(rate * FEED_EVERY_S))
         next_at = time.monotonic()
         while not stop.is_set():
-            keys = rng.integers(0, w.keys, per_file).tolist()
             # the rename right after the write makes the file visible: the records' arrival
-            now_ms = int(time.time() * 1000)
-            lines = [
-                json.dumps({"id": i + j, "k": k, "ts": now_ms, "sent_ms": now_ms})
-                for j, k in enumerate(keys)
-            ]
             tmp = landing / f".part-{i:09d}.jsonl"
-            tmp.write_text("\n".join(lines) + "\n")
+            tmp.write_text("\n".join(lines(i, per_file, rng, int(time.time() * 1000))) + "\n")
             tmp.rename(landing / f"part-{i:09d}.jsonl")
             i += per_file
             sent[0] = i
@@ -326,8 +382,6 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
     stream = read_files_stream(spark, str(landing), topic="probe")
-    floor = spec.get("peer") == "floor"
-    handler = _floor_batch(opts.output_table, opts.probe_schema) if floor else TemporalJoin(opts)
     query = (
         stream.writeStream.foreachBatch(handler)
         .option("checkpointLocation", str(root / "checkpoint"))
@@ -339,6 +393,9 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
     # warm-up: the first batches start Python workers and compile; then a steady stretch
     deadline = time.monotonic() + 600
     while len(query.recentProgress) < 3 and time.monotonic() < deadline:
+        if not query.isActive:
+            stop.set()
+            raise RuntimeError(f"the {pipeline} query stopped: {query.exception()}")
         time.sleep(0.5)
     time.sleep(spec.get("warmup_s", 0))
     measured_from_ms = int(time.time() * 1000)
@@ -357,26 +414,41 @@ def latency(spec: dict[str, Any]) -> dict[str, Any]:
         for phase in sorted({k for p in busy for k in p["durationMs"]})
     }
     query.stop()
-    commits = {
-        int(c.metadata["lakehouse.batchId"]): c.timestamp_ms
-        for c in delta.history(opts.output_table)
-        if "lakehouse.batchId" in c.metadata
-    }
-    rows = delta.read(spark, opts.output_table).select("_batch_id", "sent_ms").toPandas()
+    commits = sorted(
+        (c.timestamp_ms, int(c.metadata["lakehouse.batchId"]))
+        for c in delta.history(out)
+        if "lakehouse.batchId" in c.metadata and c.metadata.get(META_ROWS, "1") != "0"
+    )
+    if pipeline == "ingest" and not floor:
+        # a build row's batch is the first data commit after the batch planned it
+        rows = (
+            delta.read(spark, out)
+            .selectExpr(
+                f"unix_millis({INGESTED_AT}) AS planned_ms", f"unix_millis({EVENT_TIME}) AS sent_ms"
+            )
+            .toPandas()
+        )
+        at = np.array([t for t, _ in commits], dtype=np.float64)
+        planned = rows["planned_ms"].to_numpy(dtype=np.float64)
+        commit_ms = at[np.minimum(np.searchsorted(at, planned), len(at) - 1)]
+    else:
+        by_batch = {b: t for t, b in commits}
+        rows = delta.read(spark, out).select("_batch_id", "sent_ms").toPandas()
+        commit_ms = rows["_batch_id"].map(by_batch).to_numpy(dtype=np.float64)
     spark.stop()
-    commit_ms = rows["_batch_id"].map(commits).to_numpy(dtype=np.float64)
-    lat = (commit_ms - rows["sent_ms"].to_numpy(dtype=np.float64)) / 1000.0
-    lat = lat[rows["sent_ms"].to_numpy() >= measured_from_ms]
+    sent_ms = rows["sent_ms"].to_numpy(dtype=np.float64)
+    lat = ((commit_ms - sent_ms) / 1000.0)[sent_ms >= measured_from_ms]
     durations = [s for n, s in progress if n]
     return {
-        "peer": "floor" if floor else "proctime",
+        "pipeline": pipeline,
+        "peer": "floor" if floor else pipeline,
         "interval_s": spec["interval_s"],
         "rows_per_s": rate,
         "batch_median_s": float(np.median(durations)) if durations else None,
         "batch_p95_s": float(np.percentile(durations, 95)) if durations else None,
         "phases_s": phases,
         "sent": sent[0],
-        "joined": len(rows),
+        "written": len(rows),
         "measured": len(lat),
         "p50_s": float(np.percentile(lat, 50)) if len(lat) else None,
         "p95_s": float(np.percentile(lat, 95)) if len(lat) else None,
