@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -199,7 +200,6 @@ class Staged:
     txn: Any
     actions: Any
     tags: Any
-    app_id: str | None
     #: the commit's ``WRITE`` operation, given its ``userMetadata`` (the text or None)
     operation: Callable[[str | None], Any]
 
@@ -222,6 +222,7 @@ def stage_on(
     *,
     mode: str,
     options: dict[str, str],
+    replacing: Sequence[str] | None = None,
 ) -> Staged:
     """Write ``jdf``'s data files as ``DataFrameWriter.save`` does (``WriteIntoDelta``, the
     same options), on a transaction started from ``jsnapshot``, and stop before the commit:
@@ -237,6 +238,13 @@ def stage_on(
     (a second copy of the pipeline) fails this one with Delta's
     ``ConcurrentTransactionException``, as the writer's own check does; and its commit
     carries the ``SetTransaction`` the option asks for, as the writer's does.
+
+    ``replacing``: for an overwrite, the ``add`` actions (JSON lines) of every file of the
+    table at ``jsnapshot``, when the caller knows them from the table's commits
+    (:meth:`TableSnapshot.live_adds`). Delta's overwrite lists them with a rebuild of the
+    table's state; here the new files are written as an append's are and the commit removes
+    those, as Delta's would (the whole table counted as read, so that a concurrent append
+    conflicts; the removed files' count and size in the commit's metrics).
 
     Raises:
         Unsupported: before anything is written, when this delta-spark lacks one of the
@@ -254,7 +262,11 @@ def stage_on(
         for key, value in options.items():
             if key != "userMetadata":  # the commit's, given to commit_on
                 conf = conf.updated(key, value)
-        save_mode = getattr(_class(spark, "org.apache.spark.sql.SaveMode"), mode.capitalize())
+        modes = _class(spark, "org.apache.spark.sql.SaveMode")
+        save_mode = getattr(modes, mode.capitalize())
+        # an overwrite of known files writes as an append does (no listing of the table)
+        known = mode == "overwrite" and replacing is not None
+        write_mode = modes.Append if known else save_mode
         some = _class(spark, "scala.Option").apply
         delta_options = _class(spark, f"{delta}.DeltaOptions")(conf, session.sessionState().conf())
         empty = _class(spark, "scala.collection.immutable.HashMap")()
@@ -263,8 +275,9 @@ def stage_on(
         merge = some(True) if options.get("mergeSchema") == "true" else none
         try:  # delta-spark 4.4 (pinned in jvm/spark)
             command = command_class(
-                log, save_mode, delta_options, nil, empty, jdf, none, none, False
+                log, write_mode, delta_options, nil, empty, jdf, none, none, False
             )
+            # the operation's signature tried here, so that the commit cannot meet another
             write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
 
             def operation(text: str | None) -> Any:
@@ -274,18 +287,21 @@ def stage_on(
         except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
             if isinstance(e, Py4JJavaError):
                 raise
-            command = command_class(log, save_mode, delta_options, nil, empty, jdf, none, none)
+            command = command_class(log, write_mode, delta_options, nil, empty, jdf, none, none)
             write_class(save_mode, some(nil), none, none)
 
             def operation(text: str | None) -> Any:
                 return write_class(save_mode, some(nil), none, some(text))
 
         active = getattr(_class(spark, f"{delta}.OptimisticTransaction$"), "MODULE$")
+        removes = _removes(spark, replacing) if known and replacing is not None else None
+        txn = log.startTransaction(none, some(jsnapshot))
+        if removes is not None:
+            txn.readWholeTable()
     except Py4JError as e:
         if isinstance(e, Py4JJavaError):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
-    txn = log.startTransaction(none, some(jsnapshot))
     active.setActive(txn)
     try:
         data = command.writeAndReturnCommitData(txn, session, none, False)
@@ -294,9 +310,38 @@ def stage_on(
     app_id = options.get("txnAppId")
     if app_id is not None:
         txn.readTxn().addOne(app_id)
-    return Staged(
-        txn=txn, actions=data.actions(), tags=data.stringTags(), app_id=app_id, operation=operation
-    )
+    actions = data.actions()
+    if removes is not None:
+        jremoves, count, size = removes
+        actions = actions.appendedAll(jremoves)
+        metrics = _class(spark, "org.apache.spark.sql.execution.metric.SQLMetrics")
+        registered = _class(spark, "scala.collection.immutable.HashMap")()
+        removed: dict[str, tuple[str, int]] = {
+            "numRemovedFiles": ("number of files removed", count),
+            "numRemovedBytes": ("number of bytes removed", size),
+        }
+        for name, (description, amount) in removed.items():
+            metric = metrics.createMetric(session.sparkContext(), description)
+            metric.set(amount)
+            registered = registered.updated(name, metric)
+        txn.registerSQLMetrics(session, registered)
+    return Staged(txn=txn, actions=actions, tags=data.stringTags(), operation=operation)
+
+
+def _removes(spark: SparkSession, adds: Sequence[str]) -> tuple[Any, int, int]:
+    """Delta's ``RemoveFile`` actions of the files ``adds`` (``add`` JSON lines) added, as an
+    overwrite removes them (now, as a data change), with their count and total size."""
+    import json
+
+    action = getattr(_class(spark, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+    now = int(time.time() * 1000)
+    out = _class(spark, "java.util.ArrayList")()
+    size = 0
+    for line in adds:
+        out.add(action.fromJson(line).removeWithTimestamp(now, True))
+        size += int(json.loads(line)["add"].get("size", 0))
+    converters = _class(spark, "scala.jdk.javaapi.CollectionConverters")
+    return converters.asScala(out).toSeq(), len(adds), size
 
 
 def commit_on(
@@ -321,6 +366,7 @@ def write_on(
     *,
     mode: str,
     options: dict[str, str],
+    replacing: Sequence[str] | None = None,
     before_commit: Callable[[], None] = lambda: None,
 ) -> None:
     """:func:`stage_on`, then :func:`commit_on` with the ``userMetadata`` option: what
@@ -330,5 +376,5 @@ def write_on(
     Raises:
         Unsupported: as :func:`stage_on`.
     """
-    staged = stage_on(spark, log, jsnapshot, jdf, mode=mode, options=options)
+    staged = stage_on(spark, log, jsnapshot, jdf, mode=mode, options=options, replacing=replacing)
     commit_on(staged, options.get("userMetadata"), before_commit=before_commit)

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 from lakehouse.delta import _engine
 from lakehouse.delta.commits import CommitInfo
@@ -220,20 +221,29 @@ class TableSnapshot:
         None when the last ``limit`` commits do not tell: an append, a compaction, a delete,
         an overwrite with a predicate or of partitions; then Delta's read is the answer.
         """
+        adds = self.live_adds(limit)
+        if adds is None:
+            return None
+        base = str(self._log.dataPath().toString()).rstrip("/")
+        return tuple(_data_path(base, unquote(json.loads(a)["add"]["path"])) for a in adds)
+
+    def live_adds(self, limit: int = 8) -> list[str] | None:
+        """The ``add`` actions (JSON lines, as the log holds them) of the files
+        :meth:`files_by_commits` tells: every file of the table; None when the last ``limit``
+        commits do not tell."""
         if not self.exists:
             return None
         if self._files is None:
             self._files = _engine.commit_files(self._jsnapshot)
-        base = str(self._log.dataPath().toString()).rstrip("/")
         for version in range(self.version, max(self.version - limit, -1) - 1, -1):
             if version < 0:
-                return ()  # only metadata commits since the table was created: no files
+                return []  # only metadata commits since the table was created: no files
             lines = _engine.commit_lines(self.spark, self._log, version, self._files.get(version))
             if not lines:
                 return None
-            files, changed = _overwrite_files(lines)
-            if files is not None:
-                return tuple(_data_path(base, f) for f in files)
+            added, changed = _overwrite_adds(lines)
+            if added is not None:
+                return added
             if changed:
                 return None
         return None
@@ -253,22 +263,20 @@ class TableSnapshot:
         )
 
 
-def _overwrite_files(lines: list[str]) -> tuple[list[str] | None, bool]:
-    """``(the files it added, True)`` for a commit that replaced every file of the table (an
+def _overwrite_adds(lines: list[str]) -> tuple[list[str] | None, bool]:
+    """``(its add actions, True)`` for a commit that replaced every file of the table (an
     overwrite without a predicate, of every partition); ``(None, whether it added or removed
     files)`` for any other.
 
     >>> info = '{"commitInfo":{"operation":"WRITE","operationParameters":{"mode":"Overwrite"}}}'
-    >>> _overwrite_files([info, '{"add":{"path":"a%20b.parquet"}}', '{"remove":{"path":"c"}}'])
-    (['a b.parquet'], True)
-    >>> _overwrite_files(['{"commitInfo":{"operation":"SET TBLPROPERTIES"}}'])
+    >>> _overwrite_adds([info, '{"add":{"path":"a%20b.parquet"}}', '{"remove":{"path":"c"}}'])
+    (['{"add":{"path":"a%20b.parquet"}}'], True)
+    >>> _overwrite_adds(['{"commitInfo":{"operation":"SET TBLPROPERTIES"}}'])
     (None, False)
-    >>> _overwrite_files(['{"commitInfo":{"operation":"WRITE","operationParameters":'
+    >>> _overwrite_adds(['{"commitInfo":{"operation":"WRITE","operationParameters":'
     ...     '{"mode":"Append"}}}', '{"add":{"path":"d"}}'])
     (None, True)
     """
-    from urllib.parse import unquote
-
     params: dict[str, Any] = {}
     operation = ""
     added: list[str] = []
@@ -279,7 +287,7 @@ def _overwrite_files(lines: list[str]) -> tuple[list[str] | None, bool]:
             operation = str(info.get("operation", ""))
             params = info.get("operationParameters") or {}
         elif line.startswith('{"add"'):
-            added.append(unquote(json.loads(line)["add"]["path"]))
+            added.append(line)
             changed = True
         elif line.startswith(('{"remove"', '{"cdc"')):
             changed = True

@@ -5,7 +5,9 @@ A write whose ``(app_id, version)`` the table already records at a version >= ``
 no-op. lakehouse looks first, on the same snapshot the write then uses, so a replay is reported
 as skipped without starting a job; the write then commits on that snapshot without Delta asking
 again (:func:`lakehouse.delta._engine.write_on`; a table's first write goes through
-``DataFrameWriter``). A second copy of the same pipeline racing this one loses with Delta's
+``DataFrameWriter``); an overwrite of a table whose commits name its files
+(:meth:`TableSnapshot.live_adds`: a join's pending table) removes those without Delta listing
+them. A second copy of the same pipeline racing this one loses with Delta's
 ``ConcurrentTransactionException`` and is reported as skipped too, never writing the batch
 twice (tests/integration/test_writer_race.py). Appends compact a table's small files every
 :data:`COMPACT_EVERY_VERSIONS` versions.
@@ -470,6 +472,9 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
             data._jdf,
             mode=mode,
             options=options,
+            # an overwrite of a table of full overwrites (a join's pending table): the files
+            # it replaces are those the last one added, read from its commit, not listed
+            replacing=snap.live_adds() if mode == "overwrite" else None,
             before_commit=lambda: failpoint("delta.before_commit", int(options["txnVersion"])),
         )
     except _engine.Unsupported as e:

@@ -251,6 +251,8 @@ def _commits(uri: str) -> list[dict]:
                         "userMetadata": info.get("userMetadata"),
                         "isBlindAppend": info.get("isBlindAppend"),
                         "rows": metrics.get("numOutputRows"),
+                        "removed": metrics.get("numRemovedFiles"),
+                        "removedBytes": metrics.get("numRemovedBytes"),
                     }
                 }
             elif "txn" in action:
@@ -271,7 +273,8 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
     """An idempotent write to an existing table commits on the batch's snapshot, without
     Delta's own look-up of the transaction (``spark.lakehouse.directWrite``): its commits are
     the writer's, action for action (a new column merged, an overwrite, an empty batch), and
-    a replay is skipped alike."""
+    a replay is skipped alike. A table of full overwrites (a join's pending table) is
+    overwritten without Delta listing its files: its commits name them."""
     from pyspark.sql import functions as F
 
     def run(uri: str) -> None:
@@ -282,6 +285,15 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
         assert delta.append(_rows(spark, 0, 9), uri, txn=("job", 2)).skipped
         delta.append(_rows(spark, 0, 0), uri, txn=("job", 3), metadata={"lakehouse.batchId": 3})
         delta.overwrite(_rows(spark, 7, 8), uri, txn=("pending", 4))
+        pending = uri + "-pending"
+        delta.overwrite(_rows(spark, 0, 2), pending, txn=("p", 0))
+        delta.overwrite(
+            _rows(spark, 2, 4).repartition(2), pending, txn=("p", 1), metadata={"lakehouse.a": 1}
+        )
+        delta.set_properties(pending, {"lakehouse.x": "1"})
+        delta.overwrite(_rows(spark, 4, 7), pending, txn=("p", 2))
+        assert delta.overwrite(_rows(spark, 0, 9), pending, txn=("p", 2)).skipped
+        assert sorted(r.id for r in delta.read(spark, pending).collect()) == [4, 5, 6]
 
     spark.conf.set(write.DIRECT_WRITE_CONF, "false")
     try:
@@ -290,11 +302,37 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
         spark.conf.unset(write.DIRECT_WRITE_CONF)
     direct = []
     real = _engine.write_on
-    monkeypatch.setattr(_engine, "write_on", lambda *a, **k: direct.append(real(*a, **k)))
+
+    def counted(*args, **kwargs):
+        direct.append(kwargs.get("replacing") is not None)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(_engine, "write_on", counted)
     run(str(tmp_path / "direct"))
-    assert len(direct) == 4  # every write but the table's first and the replay
-    assert _commits(str(tmp_path / "direct")) == _commits(str(tmp_path / "writer"))
+    # every write but a table's first and the replays; the pending table's files from commits
+    assert direct == [False, False, False, False, True, True]
+    for name in ("", "-pending"):
+        assert _commits(str(tmp_path / f"direct{name}")) == _commits(
+            str(tmp_path / f"writer{name}")
+        )
     assert len(_commits(str(tmp_path / "direct"))) == 5
+
+    # the overwrite counts the whole table as read: an append committed after its snapshot
+    # fails it in Delta's conflict check, as it fails Delta's own overwrite
+    pending = str(tmp_path / "direct-pending")
+    snap = delta.snapshot(pending)
+    staged = _engine.stage_on(
+        spark,
+        snap._log,
+        snap._jsnapshot,
+        _rows(spark, 0, 1)._jdf,
+        mode="overwrite",
+        options={"txnAppId": "p", "txnVersion": "3"},
+        replacing=snap.live_adds(),
+    )
+    delta.append(_rows(spark, 9, 10), pending)
+    with pytest.raises(Exception, match="CONCURRENT_APPEND"):
+        _engine.commit_on(staged, None)
 
 
 def test_a_staged_append_commits_what_append_commits(spark, tmp_path):
