@@ -68,13 +68,16 @@ def local_path(uri: str) -> str | None:
     return None if _SCHEME.match(uri) else uri
 
 
-def _quote(uri: str) -> str:
-    """The path identifier of a table in SQL. Delta reads ``delta.`out/rates``` as a table
-    name, not a path (TABLE_OR_VIEW_NOT_FOUND): a local path is made absolute."""
+def _absolute(uri: str) -> str:
+    """The location as Delta's SQL and its table builder need it: a local path made absolute
+    (they read ``out/rates`` as a table name, not a path), any other location as it is."""
     path = local_path(uri)
-    if path is not None:
-        uri = os.path.abspath(path)
-    return "delta.`" + uri.replace("`", "``") + "`"
+    return uri if path is None else os.path.abspath(path)
+
+
+def _quote(uri: str) -> str:
+    """The path identifier of a table in SQL (``delta.`/abs/path```, see :func:`_absolute`)."""
+    return "delta.`" + _absolute(uri).replace("`", "``") + "`"
 
 
 def _sql_string(value: str) -> str:
@@ -128,7 +131,7 @@ def create_table(
             )
             return set_properties(uri, missing, metadata=metadata, spark=spark)
         return snap.version
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
+    builder = DeltaTable.createIfNotExists(spark).location(_absolute(uri)).addColumns(schema)
     for key, value in (properties or {}).items():
         builder = builder.property(key, str(value))
     try:

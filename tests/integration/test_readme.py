@@ -104,3 +104,19 @@ def test_the_readme_tutorial_runs_word_for_word(tmp_path):
     assert "+5 versions" in printed and "marker set now by last" in printed
     quality = next(i for i, (_, body) in enumerate(blocks) if "lakehouse quality" in body)
     assert "1 of 5 output rows did not match" in " ".join(stdout[quality].split())
+
+    # the user's next change-log file holds a line that is not JSON: the ingest creates its
+    # dead-letter table (a path relative to the working directory) and goes on
+    (tmp_path / "cdc" / "0002.jsonl").write_text("{not json\n")
+    more = subprocess.run(
+        ["lakehouse", "ingest", "-c", "lakehouse.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert more.returncode == 0, more.stderr[-4000:]
+    assert "1 dead-lettered (malformed_json 1)" in " ".join(more.stderr.split()), more.stderr
+    assert (tmp_path / "tables" / "prices_dead_letter" / "_delta_log").is_dir()
