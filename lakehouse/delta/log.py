@@ -116,6 +116,7 @@ class TableSnapshot:
         self._commits: dict[int, CommitInfo | None] = {}
         self._files: dict[int, Any] | None = None
         self._txns: dict[str, int] | None = None
+        self._live: dict[int, list[str] | None] = {}  # live_adds by limit
         self._log_key: tuple[str, str] | None = None  # (log path, table id), asked once
 
     def __repr__(self) -> str:
@@ -230,7 +231,13 @@ class TableSnapshot:
     def live_adds(self, limit: int = 8) -> list[str] | None:
         """The ``add`` actions (JSON lines, as the log holds them) of the files
         :meth:`files_by_commits` tells: every file of the table; None when the last ``limit``
-        commits do not tell."""
+        commits do not tell. Asked once per snapshot (a row-time batch reads the pending
+        table's files, then overwrites them)."""
+        if limit not in self._live:
+            self._live[limit] = self._live_adds(limit)
+        return self._live[limit]
+
+    def _live_adds(self, limit: int) -> list[str] | None:
         if not self.exists:
             return None
         if self._files is None:

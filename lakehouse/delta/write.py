@@ -397,16 +397,11 @@ def stage_append(
     Raises:
         SchemaMismatchError: as :func:`append`.
     """
-    global _direct_refused
     from pyspark.sql import Observation
 
     spark = df.sparkSession
-    if _direct_refused is not None or spark.conf.get(DIRECT_WRITE_CONF, "true") != "true":
-        return None
     snap = snapshot(uri, spark=spark)
-    if not snap.exists or snap.records(*txn):
-        return None
-    if int(_engine.installed(snap._log).version()) != snap.version:
+    if not snap.exists or snap.records(*txn) or not _direct_on(snap, spark):
         return None
     if schema_mode == "widen":
         casts, wider = _type_changes(df, snap)
@@ -434,7 +429,7 @@ def stage_append(
         _refuse_direct(str(e))
         return None
     except Exception as e:
-        _refused(e, spark, uri, None)
+        _refused(e, spark, uri, None)  # without a transaction to lose, it raises
         raise
     return StagedAppend(
         uri=uri,
@@ -456,13 +451,8 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
     (:func:`lakehouse.delta._engine.write_on`): the caller has found, on ``snap``, that the
     table does not record the transaction. False, with nothing written, when the session
     turns it off (:data:`DIRECT_WRITE_CONF`) or delta-spark lacks the internals it calls."""
-    global _direct_refused
     spark = data.sparkSession
-    if _direct_refused is not None or spark.conf.get(DIRECT_WRITE_CONF, "true") != "true":
-        return False
-    if int(_engine.installed(snap._log).version()) != snap.version:
-        # the process committed to the table after this look (another query of it): the
-        # answer came from an older snapshot, so Delta's writer asks on the latest
+    if not _direct_on(snap, spark):
         return False
     try:
         _engine.write_on(
@@ -481,6 +471,17 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
         _refuse_direct(str(e))
         return False
     return True
+
+
+def _direct_on(snap: TableSnapshot, spark: SparkSession) -> bool:
+    """Whether a write may commit directly on ``snap`` (:func:`_write_on`,
+    :func:`stage_append`): the session allows it, this delta-spark has the internals, and
+    ``snap`` is still the version the process installed. A table the process committed to
+    after this look (another query of it) answered from an older snapshot, so Delta's writer
+    asks on the latest."""
+    if _direct_refused is not None or spark.conf.get(DIRECT_WRITE_CONF, "true") != "true":
+        return False
+    return int(_engine.installed(snap._log).version()) == snap.version
 
 
 def _refuse_direct(why: str) -> None:

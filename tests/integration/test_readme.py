@@ -75,6 +75,12 @@ def test_the_readme_tutorial_runs_word_for_word(tmp_path):
         "COLUMNS": "80",
     }
     env.pop("LAKEHOUSE_CONFIG", None)
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+
     blocks = _blocks(_tutorial())
     stderr = []
     stdout: dict[int, str] = {}
@@ -84,15 +90,7 @@ def test_the_readme_tutorial_runs_word_for_word(tmp_path):
             (tmp_path / name).write_text(body)
         if kind != "bash":
             continue
-        done = subprocess.run(
-            ["bash", "-e", "-c", _script(body)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        done = run(["bash", "-e", "-c", _script(body)])
         assert done.returncode == 0, f"block {i}:\n{body}\n{done.stderr[-4000:]}"
         stderr.append(done.stderr)
         stdout[i] = done.stdout
@@ -108,15 +106,7 @@ def test_the_readme_tutorial_runs_word_for_word(tmp_path):
     # the user's next change-log file holds a line that is not JSON: the ingest creates its
     # dead-letter table (a path relative to the working directory) and goes on
     (tmp_path / "cdc" / "0002.jsonl").write_text("{not json\n")
-    more = subprocess.run(
-        ["lakehouse", "ingest", "-c", "lakehouse.toml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    more = run(["lakehouse", "ingest", "-c", "lakehouse.toml"])
     assert more.returncode == 0, more.stderr[-4000:]
     assert "1 dead-lettered (malformed_json 1)" in " ".join(more.stderr.split()), more.stderr
     assert (tmp_path / "tables" / "prices_dead_letter" / "_delta_log").is_dir()
