@@ -8,8 +8,8 @@ only the decode is timed (no source, no Delta write):
 * ``plain``: ``from_json`` of the value with the payload's schema, the columns a plain
   Kafka-to-Delta copy keeps (:func:`bench.e2e.plain_parse`, the parse of the ingest's peer);
 * ``product``: :func:`lakehouse.dimension.decode.decode_raw` (the JVM decode, with the
-  schemas it learned in the warm-up round, as in a running ingest), then ``from_json`` of its
-  row image into the column types, as the ingest does;
+  schemas it learned in the warm-up round, as in a running ingest), then its row image in the
+  column types, as the ingest's plan reads it (:func:`lakehouse.dimension.plan.row_value`);
 * ``python``: the same records through the Python decoder alone (``mapInArrow``), as every
   record went before the JVM decode.
 
@@ -36,10 +36,16 @@ ROW_SCHEMA = "currency string, rate decimal(12,4), updated_at timestamp"
 
 
 def _row(decoded: Any) -> Any:
-    from pyspark.sql import functions as F
+    """The row image in the table's types, as the ingest's plan reads it."""
+    from pyspark.sql.types import StructType
 
+    from lakehouse.dimension.jvm_decode import row_text
+    from lakehouse.dimension.plan import row_value
+
+    types = {f.name: f.dataType for f in StructType.fromDDL(ROW_SCHEMA).fields}
+    text = row_text(decoded.schema)
     return decoded.select(
-        F.from_json(F.coalesce("_row_json", "_key_json"), ROW_SCHEMA).alias("row"),
+        row_value(decoded.schema, list(types), types, text).alias("row"),
         "_kind",
         "_op",
         "_event_time_ms",

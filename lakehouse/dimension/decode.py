@@ -5,8 +5,11 @@ key, value, topic, partition, offset, timestamp) into one row per record of
 :data:`DECODED_DDL`. It runs in Spark's Python workers, batch by batch, and never collects
 anything to the driver. Every record yields exactly one output row:
 
-* ``_kind = 'change'``: a change event; the row image is ``_row_json`` (typed values as
-  JSON that Spark's ``from_json`` parses into the column types listed in ``_row_columns``);
+* ``_kind = 'change'``: a change event; its row image's columns and types are listed in
+  ``_row_columns``. The image itself is typed when the JVM decoded the record (one column
+  per known schema, after the raw ones: :func:`lakehouse.dimension.jvm_decode.image_columns`),
+  else ``_row_json``: typed values as JSON that Spark's ``from_json`` parses into those types
+  (:func:`lakehouse.dimension.jvm_decode.row_text` gives either as this text);
 * ``_kind = 'tombstone' | 'transaction' | 'schema_change'``: recognised, not a row change;
   for a schema change (DDL), ``_schema_change`` is its JSON summary (:func:`schema_change_json`)
   and ``_source_table`` the first table it concerns (``db.table``), so the sink can record it
@@ -24,8 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from lakehouse.cdc import (
     ChangeEvent,
@@ -37,7 +40,13 @@ from lakehouse.cdc import (
     parse_schema,
 )
 from lakehouse.cdc import row_to_json as _row_to_json
-from lakehouse.dimension.jvm_decode import MAX_KNOWN, WireSchemas, decode_fast, schema_mark
+from lakehouse.dimension.jvm_decode import (
+    MAX_KNOWN,
+    WireSchemas,
+    decode_fast,
+    image_columns,
+    schema_mark,
+)
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
 from lakehouse.errors import CdcDecodeError
 
@@ -201,11 +210,15 @@ def schema_change_summary(change: SchemaChange) -> dict[str, Any]:
 
 
 def _complete_batches(
-    max_bytes: int, schema_texts: Mapping[str, str], marks: Mapping[str, str] | None = None
+    max_bytes: int,
+    schema_texts: Mapping[str, str],
+    marks: Mapping[str, str] | None = None,
+    images: Sequence[str] = (),
 ) -> Any:
     """``mapInArrow`` function: decode in Python the records the JVM left undecoded (NULL
     ``_kind``), in stream order; the records it decoded pass through, moving their table on
-    to their schema as they go (a later record without a schema is read with it). ``marks``:
+    to their schema as they go (a later record without a schema is read with it), with their
+    typed row-image columns ``images`` (NULL for a record decoded here). ``marks``:
     the schema texts of the JVM's ``_connect_schema`` marks
     (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`). A record decoded here says
     its schema as the JVM says it where it can: ``''`` for its table's schema at the start of
@@ -255,8 +268,8 @@ def _complete_batches(
                 pa.array(columns[n], pa.int64() if n == "_event_time_ms" else pa.string())
                 for n in _OUT_FIELDS
             ]
-            arrays += [batch.column(n) for n in _RAW_FIELDS]
-            yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS])
+            arrays += [batch.column(n) for n in (*_RAW_FIELDS, *images)]
+            yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS, *images])
 
     return run
 
@@ -327,9 +340,15 @@ def decode_rest(
         .limit(4 * MAX_KNOWN)
         .collect()
     )
-    done = fast.mapInArrow(
-        _complete_batches(max_record_bytes, dict(schemas or {}), wire.marks()), DECODED_DDL
-    ).persist()
+    from pyspark.sql.types import StructType
+
+    images = image_columns(fast.schema)
+    decoded = cast("StructType", StructType.fromDDL(DECODED_DDL))
+    schema = StructType([*decoded.fields, *[fast.schema[n] for n, _ in images]])
+    complete = _complete_batches(
+        max_record_bytes, dict(schemas or {}), wire.marks(), [n for n, _ in images]
+    )
+    done = fast.mapInArrow(complete, schema).persist()
     done.count()
     fast.unpersist()
     wire.learn_texts((_closed(k), _closed(v)) for k, v in seen)

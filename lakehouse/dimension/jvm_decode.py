@@ -49,9 +49,20 @@ from lakehouse.dimension.layout import LINEAGE_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql.types import StructType
 
-__all__ = ["MAX_KNOWN", "WireSchemas", "decode_fast", "schema_mark"]
+__all__ = [
+    "IMAGE_PREFIX",
+    "MAX_KNOWN",
+    "WireSchemas",
+    "decode_fast",
+    "image_columns",
+    "row_text",
+    "schema_mark",
+]
 
+#: The typed row-image columns' names start with this (:func:`image_columns`).
+IMAGE_PREFIX: Final = "_image"
 #: Schemas known at most, each of values and of keys (one ``from_json`` branch each).
 MAX_KNOWN: Final = 16
 #: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
@@ -266,17 +277,49 @@ def _decimal(w: Column, precision: int, scale: int) -> Column:
     return F.when(shaped, value.try_cast(f"decimal({precision},{scale})"))
 
 
-def _image(image: ImagePlan, struct: Column, converted: list[str]) -> tuple[Column, Column]:
-    """``(row JSON, fits)`` of a row image whose converted values are the columns
-    ``converted`` (NULL image: NULL JSON, fits)."""
+def _image(
+    image: ImagePlan, struct: Column, converted: list[str], *, as_json: bool = False
+) -> tuple[Column, Column]:
+    """``(row, fits)`` of a row image whose converted values are the columns ``converted``:
+    the row as a struct of the column types (as JSON text with ``as_json``; NULL image: NULL
+    row, fits)."""
     from pyspark.sql import functions as F
 
     values, fits = [], F.lit(True)
     for (name, _), column in zip(image.columns, converted, strict=True):
         values.append(F.col(column).alias(name))
         fits = fits & (struct[name].isNull() | F.col(column).isNotNull())
-    row = F.when(struct.isNotNull(), F.to_json(F.struct(*values), _ROW_JSON_OPTIONS))
-    return row, struct.isNull() | fits
+    row = F.struct(*values)
+    if as_json:
+        row = F.to_json(row, _ROW_JSON_OPTIONS)
+    return F.when(struct.isNotNull(), row), struct.isNull() | fits
+
+
+def image_columns(schema: StructType) -> list[tuple[str, StructType]]:
+    """The typed row-image columns of a decoded frame's ``schema``: name and row type, one
+    per known value schema (two when its ``before`` and ``after`` differ in type). A record
+    the JVM decoded has its row image in one of them (its ``_row_json`` is NULL); every other
+    record has them all NULL."""
+    from pyspark.sql.types import StructType
+
+    return [
+        (f.name, f.dataType)
+        for f in schema.fields
+        if f.name.startswith(IMAGE_PREFIX) and isinstance(f.dataType, StructType)
+    ]
+
+
+def row_text(schema: StructType) -> Column:
+    """A decoded record's row image as JSON text, whichever decoder decoded it: its
+    ``_row_json``, else its typed image written as the JVM wrote ``_row_json`` before images
+    were typed (what ``from_json`` reads back into the column types). Evaluated only where
+    used: the path for a value whose column type differs from the record's."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(
+        F.col("_row_json"),
+        *[F.to_json(F.col(name), _ROW_JSON_OPTIONS) for name, _ in image_columns(schema)],
+    )
 
 
 def _field(struct: Column, fields: Mapping[str, str], name: str, cast: str) -> Column:
@@ -358,9 +401,9 @@ def _conversions(name: str, image: ImagePlan, struct: Column) -> list[Column]:
 
 def _value_output(
     i: int, envelope: WireEnvelope, start: Mapping[str, str]
-) -> tuple[dict[str, Column], Column]:
-    """The decoded fields of records of value schema ``i``, and whether the JVM decodes the
-    record exactly."""
+) -> tuple[dict[str, Column], Column, dict[str, Column]]:
+    """The decoded fields of records of value schema ``i``, whether the JVM decodes the
+    record exactly, and its typed row-image columns (by name, see :func:`image_columns`)."""
     from pyspark.sql import functions as F
 
     payload = F.col(f"_v{i}")["payload"]
@@ -382,12 +425,12 @@ def _value_output(
         columns = F.lit(envelope.after.row_columns)
         image_ok = F.when(row_op, image.isNotNull() & fits).when(op == "d", fits)
         image_ok = image_ok.otherwise(F.lit(True))
-        row_json = F.when(row_op | (op == "d"), row)
+        images = {f"{IMAGE_PREFIX}{i}": F.when(row_op | (op == "d"), row)}
         row_columns = (
             F.when(row_op, columns).when((op == "d") & image.isNotNull(), columns).otherwise(empty)
         )
     else:
-        image_ok, row_json, row_columns = _images(i, envelope, payload, op)
+        image_ok, images, row_columns = _images(i, envelope, payload, op)
     ok = (
         F.col(f"_v{i}canonical")
         & op.isin("r", "c", "u", "d", "t")
@@ -408,11 +451,10 @@ def _value_output(
         "_snapshot_phase": snapshot,
         "_event_time_ms": event_time,
         "_seq": seq,
-        "_row_json": row_json,
         "_row_columns": row_columns,
         "_connect_schema": schema,
     }
-    return fields, F.coalesce(ok, F.lit(False))
+    return fields, F.coalesce(ok, F.lit(False)), images
 
 
 def _chosen(payload: Column) -> Column:
@@ -424,8 +466,10 @@ def _chosen(payload: Column) -> Column:
 
 def _images(
     i: int, envelope: WireEnvelope, payload: Column, op: Column
-) -> tuple[Column, Column, Column]:
-    """``(image ok, row JSON, row columns)`` when ``before`` and ``after`` differ in type."""
+) -> tuple[Column, dict[str, Column], Column]:
+    """``(image ok, typed row-image columns, row columns)`` when ``before`` and ``after``
+    differ in type: one image column each (``after`` of a row change, ``before`` of a
+    delete)."""
     from pyspark.sql import functions as F
 
     row_op = op.isin("r", "c", "u")
@@ -448,16 +492,20 @@ def _images(
     else:
         before, before_ok, before_columns = F.lit(None), F.lit(True), empty
     image_ok = F.when(row_op, after_ok).when(op == "d", before_ok).otherwise(F.lit(True))
-    row_json = F.when(row_op, after).when(op == "d", before)
+    images = {}
+    if envelope.after is not None:
+        images[f"{IMAGE_PREFIX}{i}a"] = F.when(row_op, after)
+    if envelope.before is not None:
+        images[f"{IMAGE_PREFIX}{i}b"] = F.when(op == "d", before)
     row_columns = F.when(row_op, after_columns).when(op == "d", before_columns).otherwise(empty)
-    return image_ok, row_json, row_columns
+    return image_ok, images, row_columns
 
 
 def _key_output(j: int, key: WireKey) -> tuple[dict[str, Column], Column]:
     from pyspark.sql import functions as F
 
     payload = F.col(f"_k{j}")["payload"]
-    row, fits = _image(key.image, payload, _converted(f"_k{j}k", key.image))
+    row, fits = _image(key.image, payload, _converted(f"_k{j}k", key.image), as_json=True)
     ok = F.col(f"_k{j}canonical") & payload.isNotNull() & fits
     fields = {"_key_json": row, "_key_columns": F.lit(key.image.row_columns)}
     return fields, F.coalesce(ok, F.lit(False))
@@ -590,7 +638,8 @@ def _decode_steps(
         ],
     )
     sid, kid = F.col("_sid"), F.col("_kid")
-    value_outputs = [_value_output(i, w, start) for i, (_, w) in enumerate(values)]
+    value_decoded = [_value_output(i, w, start) for i, (_, w) in enumerate(values)]
+    value_outputs = [(fields, ok) for fields, ok, _ in value_decoded]
     value_ok = F.coalesce(
         *[F.when(sid == i, ok) for i, (_, ok) in enumerate(value_outputs)], F.lit(False)
     )
@@ -646,10 +695,12 @@ def _decode_steps(
         F.when(fast, field("_event_time_ms", value_outputs, sid))
         .cast("bigint")
         .alias("_event_time_ms"),
-        *[
-            F.when(fast, field(name, value_outputs, sid)).cast("string").alias(name)
-            for name in ("_seq", "_row_json", "_row_columns")
-        ],
+        F.when(fast, field("_seq", value_outputs, sid)).cast("string").alias("_seq"),
+        # the JVM's row image is typed, in its schema's image column (below)
+        F.lit(None).cast("string").alias("_row_json"),
+        F.when(fast, field("_row_columns", value_outputs, sid))
+        .cast("string")
+        .alias("_row_columns"),
         F.when(fast & ~F.col("_no_key"), field("_key_json", key_outputs, kid))
         .cast("string")
         .alias("_key_json"),
@@ -661,6 +712,11 @@ def _decode_steps(
         .cast("string")
         .alias("_connect_schema"),
         *_RAW,
+        *[
+            F.when(fast & (sid == i), image).alias(name)
+            for i, (_, _, images) in enumerate(value_decoded)
+            for name, image in images.items()
+        ],
     )
     return tuple(steps)
 

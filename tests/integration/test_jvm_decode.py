@@ -4,11 +4,13 @@ Each test decodes the same records three ways and compares them field by field: 
 decoder alone (:func:`lakehouse.dimension.decode.decode_record`, in stream order, the
 reference), the JVM decode alone (:func:`lakehouse.dimension.jvm_decode.decode_fast`, the
 records it decodes), and the ingest's decode (:func:`lakehouse.dimension.decode.decode_raw`:
-the JVM, then Python for the rest). Row images are compared as Spark reads them back
-(``from_json`` into the column types), the rest as text. Records: every fixture in
-``tests/fixtures/debezium`` as captured and as ``JsonConverter`` writes it (compact), and
-Hypothesis envelopes over every logical type, with edge values and with the textual changes
-(spacing, extra keys, duplicates, trailing text) that must send a record to Python.
+the JVM, then Python for the rest). Row images are compared in the column types: the
+JVM's typed image as it is, against the Python decoder's text as ``from_json`` reads it (a
+key's text, and an image decoded in Python, are read the same way); the rest as text.
+Records: every fixture in ``tests/fixtures/debezium`` as captured and as ``JsonConverter``
+writes it (compact), and Hypothesis envelopes over every logical type, with edge values and
+with the textual changes (spacing, extra keys, duplicates, trailing text) that must send a
+record to Python.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from lakehouse.cdc import decode_message, parse_schema
 from lakehouse.cdc.wire import compile_value, schema_prefix
 from lakehouse.dimension.connect_schemas import newest_in_batch
 from lakehouse.dimension.decode import _OUT_FIELDS, decode_raw, decode_record
-from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
+from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast, image_columns, row_text
 from lakehouse.dimension.layout import INGESTED_AT, META_BATCH_ID, META_ROWS, META_WATERMARK
 from lakehouse.dimension.plan import summarise
 from lakehouse.errors import CdcDecodeError
@@ -83,21 +85,34 @@ def _learned(records: Sequence[Record]) -> WireSchemas:
 
 
 def _rows(df: Any) -> list[dict[str, Any]]:
-    return [r.asDict() for r in sorted(df.collect(), key=lambda r: r["offset"])]
+    """The decoded records in offset order; a typed row image as its JSON text, flagged
+    (``_typed``), so that it is compared as it is, not read back."""
+    from pyspark.sql import functions as F
+
+    images = [n for n, _ in image_columns(df.schema)]
+    typed = F.lit(False)
+    for n in images:
+        typed = typed | F.col(n).isNotNull()
+    shown = df.withColumn("_row_json", row_text(df.schema)).withColumn("_typed", typed)
+    rows = shown.drop(*images).collect()
+    return [r.asDict() for r in sorted(rows, key=lambda r: r["offset"])]
 
 
 _SHOWN = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timeZone": "UTC"}
 
 
-def _images(spark: Any, pairs: list[tuple[str, str | None, str | None]]) -> list[tuple[Any, Any]]:
-    """Both row images of each pair as Spark reads them into the columns' types."""
+def _images(
+    spark: Any, pairs: list[tuple[str, str | None, str | None, bool]]
+) -> list[tuple[Any, Any]]:
+    """Both row images of each pair as Spark reads them into the columns' types; the first,
+    when typed (the pair's flag), as it is: its text is the typed value written out."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
     out = []
-    by_columns: dict[str, list[tuple[str | None, str | None]]] = {}
-    for columns, a, b in pairs:
-        by_columns.setdefault(columns, []).append((a, b))
+    by_columns: dict[str, list[tuple[str | None, str | None, bool]]] = {}
+    for columns, a, b, typed in pairs:
+        by_columns.setdefault(columns, []).append((a, b, typed))
     for columns, texts in by_columns.items():
         fields = [
             StructField(n, StructType.fromDDL(f"x {t}").fields[0].dataType, True)
@@ -105,9 +120,10 @@ def _images(spark: Any, pairs: list[tuple[str, str | None, str | None]]) -> list
             if "void" not in t
         ]
         schema = StructType(fields or [StructField("_", "string", True)])  # type: ignore[arg-type]
-        df = spark.createDataFrame(texts, "a string, b string")
+        df = spark.createDataFrame(texts, "a string, b string, typed boolean")
         # written back by Spark (Python's datetime cannot hold every timestamp Spark can)
         shown = [F.to_json(F.from_json(c, schema), _SHOWN) for c in ("a", "b")]
+        shown[0] = F.when(F.col("typed"), F.col("a")).otherwise(shown[0])
         out += [(r[0], r[1]) for r in df.select(*shown).collect()]
     return out
 
@@ -123,7 +139,7 @@ def _assert_same(
     """Field by field; a record the JVM decoded names its schema by a mark (``''`` for its
     table's at the start, else ``#hash``), which must be its own schema."""
     assert len(got) == len(want)
-    images: list[tuple[str, str | None, str | None]] = []
+    images: list[tuple[str, str | None, str | None, bool]] = []
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g["_kind"] is None:
             continue  # not decoded on this path
@@ -134,7 +150,8 @@ def _assert_same(
                 if g[name] is not None:
                     if columns is None:  # a key: its columns are names only
                         columns = json.dumps([[c, "string"] for c in json.loads(w["_key_columns"])])
-                    images.append((columns, g[name], w[name]))
+                    typed = name == "_row_json" and g["_typed"]
+                    images.append((columns, g[name], w[name], typed))
             elif name == "_connect_schema" and g[name] is not None and g[name][:1] in ("", "#"):
                 mark = g[name] or g["_source_table"]
                 assert schemas[mark] == _own_schema(records[i][1]), (what, i, mark)

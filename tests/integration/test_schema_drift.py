@@ -176,6 +176,33 @@ def test_a_lossless_narrower_type_is_accepted(spark, tmp_path):
     assert (r.dead_lettered, r.targets[0].rows, r.targets[0].schema_block) == (0, 1, None)
 
 
+def test_a_value_decoded_in_the_jvm_goes_into_a_wider_column_as_its_json_text_does(
+    spark, tmp_path, monkeypatch
+):
+    """A float32 value into a double column reads as its decimal text (2.2), as the Python
+    decoder's record does, not as the float widened bit for bit (2.200000047683716), also
+    when the JVM decoded it into a typed float."""
+    import lakehouse.dimension.sink as sink_module
+
+    rests = []
+    rest = sink_module.decode_rest
+    monkeypatch.setattr(
+        sink_module, "decode_rest", lambda *a, **k: rests.append(1) or rest(*a, **k)
+    )
+    t = DebeziumTable("public", "rates", key="currency", start_ms=START)
+    sink = _sink(tmp_path)
+    snap = _add_column(t.snapshot([{"currency": "EUR", "rate": "1"}])[0], "x", "float64", 1.1)
+    sink.process(_raw(spark, [snap]), 0)
+    for batch, x in ((1, 3.3), (2, 2.2)):  # the float32 schema: new in 1, known in 2
+        update = _add_column(t.update({"currency": "EUR", "rate": "2"}), "x", "float32", x)
+        r = sink.process(_raw(spark, [update], first_offset=batch), batch)
+        assert (r.dead_lettered, r.targets[0].rows) == (0, 1)
+        assert len(rests) == 1  # batch 1 only, a new schema's: batch 2 is the JVM's alone
+    df = delta.read(spark, str(tmp_path / "build"))
+    assert dict(df.dtypes)["x"] == "double"
+    assert sorted(r.x for r in df.collect()) == [1.1, 2.2, 3.3]
+
+
 def test_incompatible_type_change_blocks_the_table_until_resolved(spark, tmp_path, monkeypatch):
     uri, dlq = str(tmp_path / "build"), str(tmp_path / "dlq")
     t = DebeziumTable("public", "rates", key="currency", start_ms=START, step_ms=1000)
