@@ -123,6 +123,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
                 "jobs": cost.jobs,
                 "delta_jobs": cost.delta_jobs,
                 "log_reads": cost.log_reads,
+                "compiles": cost.compiles,
                 "descriptions": cost.descriptions,
             }
         )
@@ -743,6 +744,7 @@ def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
         "jobs": c.jobs,
         "delta_jobs": c.delta_jobs,
         "log_reads": c.log_reads,
+        "compiles": c.compiles,
         "seconds": seconds,
         "descriptions": c.descriptions,
     }

@@ -27,10 +27,12 @@ column                        type         meaning
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse import delta
+from lakehouse.columns import batch_long, batch_timestamp_us
 from lakehouse.table_kinds import TableKind, creation_properties
 
 if TYPE_CHECKING:
@@ -70,8 +72,8 @@ def to_dead_letters(
         error_kind.cast("string").alias("_error_kind"),
         error.cast("string").alias("_error"),
         F.lit(pipeline).alias("_pipeline"),
-        F.lit(batch_id).cast("bigint").alias("_batch_id"),
-        F.current_timestamp().alias("_dead_lettered_at"),
+        batch_long(batch_id).alias("_batch_id"),
+        batch_timestamp_us(time.time_ns() // 1000).alias("_dead_lettered_at"),
     )
 
 

@@ -38,6 +38,8 @@ class BatchCost:
         delta_jobs: Delta's jobs (state reconstruction, file listing for a query).
         log_reads: per table URI, the times its log was read.
         descriptions: each job's description, in job id order.
+        compiles: the classes Spark's code generation compiled (Janino), in this JVM: a
+            batch that compiles none ran code compiled for an earlier batch.
     """
 
     spark: SparkSession
@@ -45,12 +47,19 @@ class BatchCost:
     delta_jobs: int = 0
     log_reads: dict[str, int] = field(default_factory=dict)
     descriptions: list[str] = field(default_factory=list)
+    compiles: int = 0
 
     def __enter__(self) -> BatchCost:
         self._group = f"lakehouse-cost-{next(_groups)}"
         self._reads = Counter(delta.LOG_READS)
         self.spark.sparkContext.setJobGroup(self._group, self._group)
+        self._compiles = self._compiled()
         return self
+
+    def _compiled(self) -> int:
+        jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
+        metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
     def __exit__(
         self,
@@ -74,6 +83,7 @@ class BatchCost:
                 self.delta_jobs += 1
             else:
                 self.jobs += 1
+        self.compiles = self._compiled() - self._compiles
         after = Counter(delta.LOG_READS)
         self.log_reads = {
             uri: n - self._reads[uri] for uri, n in after.items() if n > self._reads[uri]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from lakehouse import delta
+from lakehouse.columns import batch_long, batch_timestamp_us
 from lakehouse.delta.types import fits, value_checked, widened
 from lakehouse.dimension.jvm_decode import image_columns, row_text
 from lakehouse.dimension.layout import (
@@ -608,7 +609,7 @@ def plan_target(
         # against the wall clock at planning: a version from the far future would hold the
         # build watermark there for good
         limit = int(time.time() * 1000) + target.max_future_ms
-        future = F.unix_millis(event_time) > F.lit(limit)
+        future = F.unix_millis(event_time) > batch_long(limit)
         reason = F.when(reason.isNotNull(), reason).when(
             future,
             F.concat(
@@ -639,7 +640,7 @@ def plan_target(
         event_time.alias(EVENT_TIME),
         seq.alias(SEQ),
         F.col("_snapshot_phase").isin(*SNAPSHOT_PHASES).alias(SNAPSHOT),
-        F.current_timestamp().alias(INGESTED_AT),
+        batch_timestamp_us(time.time_ns() // 1000).alias(INGESTED_AT),
         F.col("topic").alias(KAFKA_TOPIC),
         F.col("partition").alias(KAFKA_PARTITION),
         F.col("offset").alias(KAFKA_OFFSET),

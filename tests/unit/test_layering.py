@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "dimension": {
         "cdc",
         "checkpoint",
+        "columns",
         "dead_letter",
         "delta",
         "errors",
@@ -41,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
         "time",
     },
     "join": {
+        "columns",
         "dead_letter",
         "delta",
         "dimension",
