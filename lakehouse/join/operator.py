@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
+from lakehouse.columns import batch_long, batch_timestamp_ms
 from lakehouse.dead_letter import append_dead_letters
 from lakehouse.errors import ConfigError, SchemaMismatchError
 from lakehouse.failpoints import failpoint
@@ -516,8 +517,8 @@ class TemporalJoin:
 
         return (
             parsed_ok.drop(probe.PARSE_ERROR, probe.PARSE_ERROR_KIND)
-            .withColumn(ARRIVED_AT, F.timestamp_millis(F.lit(plan.decided_at_ms)))
-            .withColumn(ARRIVAL_BATCH, F.lit(plan.batch_id).cast("bigint"))
+            .withColumn(ARRIVED_AT, batch_timestamp_ms(plan.decided_at_ms))
+            .withColumn(ARRIVAL_BATCH, batch_long(plan.batch_id))
             .withColumn(release.IS_NEW, F.lit(True))
         )
 

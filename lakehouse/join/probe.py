@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakehouse.columns import batch_long
 from lakehouse.dead_letter import to_dead_letters
 from lakehouse.errors import ConfigError
 from lakehouse.join.layout import (
@@ -169,7 +170,7 @@ def parse(
     future = (
         F.lit(False)
         if limit is None or t_ms is None
-        else F.coalesce(t_ms > F.lit(limit), F.lit(False))
+        else F.coalesce(t_ms > batch_long(limit), F.lit(False))
     )
     raw_time = F.col("_r")[time_col].cast("string") if time_col else F.lit(None)
     unit = options.probe_time_unit

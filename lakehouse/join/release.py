@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakehouse.columns import batch_long, batch_timestamp_ms
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
 from lakehouse.errors import ConfigError
 from lakehouse.join.asof import PROBE_TIME_US, join_as_of
@@ -80,7 +81,7 @@ def covers(watermark: Watermark, t_ms: Column) -> Column:
         return F.lit(True)
     if watermark.timestamp == WATERMARK_MIN:
         return F.lit(False)
-    return t_ms.isNotNull() & (t_ms <= F.lit(watermark.timestamp))
+    return t_ms.isNotNull() & (t_ms <= batch_long(watermark.timestamp))
 
 
 def arrived_late(plan: ReleasePlan) -> Column:
@@ -92,7 +93,7 @@ def arrived_late(plan: ReleasePlan) -> Column:
     previous = plan.previous
     if previous.use_processing_time or previous.timestamp == WATERMARK_MIN:
         return F.lit(False)
-    return F.col(IS_NEW) & (F.col(TIME_MS) <= F.lit(previous.timestamp))
+    return F.col(IS_NEW) & (F.col(TIME_MS) <= batch_long(previous.timestamp))
 
 
 def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> DataFrame:
@@ -103,7 +104,7 @@ def stage(candidates: DataFrame, plan: ReleasePlan, options: JoinOptions) -> Dat
     late = F.col(ARRIVED_LATE) if late_rule_applies(options, plan) else F.lit(False)
     expired = F.lit(False)
     if options.pending_ttl_ms is not None:
-        horizon = F.timestamp_millis(F.lit(plan.decided_at_ms - options.pending_ttl_ms))
+        horizon = batch_timestamp_ms(plan.decided_at_ms - options.pending_ttl_ms)
         expired = ~F.col(IS_NEW) & (F.col(ARRIVED_AT) <= horizon)
     release = covers(plan.releasing, F.col(TIME_MS))
     if plan.build_version is None:  # no build table yet: nothing can be released or expired
@@ -147,10 +148,10 @@ def age_ms(plan: ReleasePlan) -> Column | None:
     from pyspark.sql import functions as F
 
     if plan.probe.use_processing_time:
-        return F.lit(plan.decided_at_ms) - F.unix_millis(F.col(ARRIVED_AT))
+        return batch_long(plan.decided_at_ms) - F.unix_millis(F.col(ARRIVED_AT))
     if plan.probe.timestamp == WATERMARK_MIN:
         return None
-    return F.lit(plan.probe.timestamp) - F.col(TIME_MS)
+    return batch_long(plan.probe.timestamp) - F.col(TIME_MS)
 
 
 def apply_pending_bound(staged: DataFrame, plan: ReleasePlan) -> DataFrame:
@@ -289,16 +290,20 @@ def output_rows(
         *probe_columns,
         *out_values,
         MATCHED,
-        F.lit(plan.build_version).cast("bigint").alias(BUILD_VERSION),
+        (
+            F.lit(None).cast("bigint")
+            if plan.build_version is None
+            else batch_long(plan.build_version)
+        ).alias(BUILD_VERSION),
         BUILD_EVENT_TIME,
         (
             F.lit(None).cast("timestamp")
             if wm is None or wm in (WATERMARK_MIN, WATERMARK_MAX)
-            else F.timestamp_millis(F.lit(wm))
+            else batch_timestamp_ms(wm)
         ).alias(WATERMARK),
-        F.timestamp_millis(F.lit(plan.decided_at_ms)).alias(RELEASED_AT),
+        batch_timestamp_ms(plan.decided_at_ms).alias(RELEASED_AT),
         F.lit(o.mode).alias(JOIN_MODE),
-        F.lit(plan.batch_id).cast("bigint").alias(BATCH_ID),
+        batch_long(plan.batch_id).alias(BATCH_ID),
         RELEASED_BY,
     )
 

@@ -98,14 +98,15 @@ def _join(root, uri, mode):
 
 def _batches(spark, op, n=3):
     costs = []
-    for b in range(n):
-        rows = [
-            {"id": b * 6 + i, "currency": CODES[(b + i) % 10], "ts": 5_000 + b * 6 + i}
-            for i in range(6)
-        ]
-        with BatchCost(spark) as cost:
-            op.process(raw_records(spark, rows, topic="orders", first_offset=b * 6), b)
-        costs.append(cost)
+    with generated_code(spark):
+        for b in range(n):
+            rows = [
+                {"id": b * 6 + i, "currency": CODES[(b + i) % 10], "ts": 5_000 + b * 6 + i}
+                for i in range(6)
+            ]
+            with BatchCost(spark) as cost:
+                op.process(raw_records(spark, rows, topic="orders", first_offset=b * 6), b)
+            costs.append(cost)
     return costs[1:]  # batch 0 creates the tables
 
 
@@ -124,18 +125,23 @@ def test_an_ingest_batch_reads_the_build_table_log_once(rates):
 
 def test_a_processing_time_batch_is_one_look_per_table_and_two_jobs(spark, rates):
     root, uri, _ = rates
-    for cost in _batches(spark, _join(root, uri, "proctime")):
+    costs = _batches(spark, _join(root, uri, "proctime"))
+    for cost in costs:
         assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 4, cost.log_reads
         assert cost.total_jobs <= 2, json.dumps(cost.descriptions, indent=1)
+    # the batch's watermark, time and id are not written into Spark's generated code
+    assert costs[-1].compiles == 0, costs[-1].descriptions
 
 
 def test_a_row_time_batch_is_one_look_per_table(spark, rates):
     root, uri, _ = rates
-    for cost in _batches(spark, _join(root, uri, "rowtime")):
+    costs = _batches(spark, _join(root, uri, "rowtime"))
+    for cost in costs:
         assert set(cost.log_reads.values()) == {1} and len(cost.log_reads) == 4, cost.log_reads
         # the pending rows are read from the files its last overwrite's commit names, and the
         # pending table's overwrite removes those without Delta listing them
         assert cost.jobs <= 4 and cost.delta_jobs == 0, json.dumps(cost.descriptions, indent=1)
+    assert costs[-1].compiles == 0, costs[-1].descriptions
 
 
 def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tmp_path):
