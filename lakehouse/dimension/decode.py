@@ -1,9 +1,11 @@
-"""Executor-side decoding of raw Debezium records (Spark ``mapInArrow``).
+"""Decoding raw Debezium records on the executors: the JVM first, Python for the rest.
 
 :func:`decode_raw` turns a DataFrame of raw source records (``lakehouse.sources`` schema:
 key, value, topic, partition, offset, timestamp) into one row per record of
-:data:`DECODED_DDL`. It runs in Spark's Python workers, batch by batch, and never collects
-anything to the driver. Every record yields exactly one output row:
+:data:`DECODED_DDL`, followed by the JVM decode's typed row images. The JVM decodes the common
+record (:mod:`lakehouse.dimension.jvm_decode`); the records it leaves go through the Python
+decoder in Spark's Python workers (``mapInArrow``), batch by batch. Nothing but the schemas
+of the records left is collected to the driver. Every record yields exactly one output row:
 
 * ``_kind = 'change'``: a change event; its row image's columns and types are listed in
   ``_row_columns``. The image itself is typed when the JVM decoded the record (one column

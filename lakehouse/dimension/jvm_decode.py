@@ -2,11 +2,12 @@
 Python per record.
 
 :func:`decode_fast` gives every raw record the columns of
-:data:`lakehouse.dimension.decode.DECODED_DDL`. A record whose value (and key) starts with a
-known Connect schema (``{"schema":S,"payload":`` exactly as ``JsonConverter`` writes it, see
-:class:`WireSchemas`) is parsed with its schema's wire type (:mod:`lakehouse.cdc.wire`) and
-converted in Spark SQL; it is decoded there only if the JVM is sure to give exactly what the
-Python decoder gives:
+:data:`lakehouse.dimension.decode.DECODED_DDL`, and after them a typed row-image column per
+known schema (:func:`image_columns`), where a record it decodes has its row image. A record
+whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":`` exactly
+as ``JsonConverter`` writes it, see :class:`WireSchemas`) is parsed with its schema's wire
+type (:mod:`lakehouse.cdc.wire`) and converted in Spark SQL; it is decoded there only if the
+JVM is sure to give exactly what the Python decoder gives:
 
 * the text is what ``to_json`` writes of the parsed payload: every field the schema names,
   in its order, nothing else, no duplicate key, no trailing text, each value of its wire type
@@ -523,12 +524,13 @@ def decode_fast(
     start: Mapping[str, str],
     observation: Observation | None = None,
 ) -> DataFrame:
-    """The :data:`~lakehouse.dimension.decode.DECODED_DDL` columns of every raw record, decoded
-    in the JVM where that is exact; the others have a NULL ``_kind`` (see the module
-    docstring). ``start``: the tables' Connect schema texts at the start of the batch. Each
-    change record says its schema in ``_connect_schema``: ``''`` when it is its table's
-    ``start`` schema, else :func:`schema_mark` of it (the Python pass says the schemas of the
-    records it decodes the same way where it can). ``observation``: receives ``jvm_values``,
+    """The :data:`~lakehouse.dimension.decode.DECODED_DDL` columns of every raw record and the
+    typed row-image columns (:func:`image_columns`), decoded in the JVM where that is exact;
+    the others have a NULL ``_kind`` (see the module docstring). ``start``: the tables'
+    Connect schema texts at the start of the batch. Each change record says its schema in
+    ``_connect_schema``: ``''`` when it is its table's ``start`` schema, else
+    :func:`schema_mark` of it (the Python pass says the schemas of the records it decodes the
+    same way where it can). ``observation``: receives ``jvm_values``,
     the records whose value the JVM decoded, once the result is computed. The projections are
     built once per set of known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
     from pyspark.sql import Observation
