@@ -9,7 +9,7 @@ only the decode is timed (no source, no Delta write):
   Kafka-to-Delta copy keeps (:func:`bench.e2e.plain_parse`, the parse of the ingest's peer);
 * ``product``: :func:`lakehouse.dimension.decode.decode_raw` (the JVM decode, with the
   schemas it learned in the warm-up round, as in a running ingest), then its row image in the
-  column types, as the ingest's plan reads it (:func:`lakehouse.dimension.plan.row_value`);
+  column types, as the ingest's plan reads it (:func:`lakehouse.dimension.decode.row_value`);
 * ``python``: the same records through the Python decoder alone (``mapInArrow``), as every
   record went before the JVM decode.
 
@@ -39,8 +39,8 @@ def _row(decoded: Any) -> Any:
     """The row image in the table's types, as the ingest's plan reads it."""
     from pyspark.sql.types import StructType
 
+    from lakehouse.dimension.decode import row_value
     from lakehouse.dimension.jvm_decode import row_text
-    from lakehouse.dimension.plan import row_value
 
     types = {f.name: f.dataType for f in StructType.fromDDL(ROW_SCHEMA).fields}
     text = row_text(decoded.schema)

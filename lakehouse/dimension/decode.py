@@ -54,7 +54,8 @@ from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
 
 DECODED_DDL: Final = (
     "_kind string, _error_kind string, _error string, _op string, _source_table string, "
@@ -373,3 +374,33 @@ def _texts(rows: Any) -> list[tuple[str | None, str | None]]:
                 pair.append(None)
         out.append((pair[0], pair[1]))
     return out
+
+
+def row_value(
+    schema: StructType, order: Sequence[str], types: Mapping[str, DataType], text: Column
+) -> Column:
+    """A change record's row image in the table's columns ``order`` and ``types``, from a
+    decoded frame of ``schema``. A typed image (the JVM's, :func:`image_columns`) whose every
+    column has the table's type is taken as it is.
+    Any other image is its JSON text ``text`` (:func:`~lakehouse.dimension.jvm_decode.
+    row_text`), read by ``from_json`` into the table's types: a column of another type (an
+    int into a bigint, a number into a string) converts as a JSON value does, the same
+    whichever decoder decoded the record. A record without an image (a delete without
+    ``before``) reads its key's."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    value_struct = StructType([StructField(n, types.get(n, StringType()), True) for n in order])
+    typed = []
+    for name, image in image_columns(schema):
+        image_types = {f.name: f.dataType for f in image.fields}
+        if not all(n in types and types[n] == t for n, t in image_types.items()):
+            continue
+        columns = [
+            (F.col(name)[n] if n in image_types else F.lit(None).cast(value_struct[n].dataType))
+            for n in order
+        ]
+        row = F.struct(*[c.alias(n) for c, n in zip(columns, order, strict=True)])
+        typed.append(F.when(F.col(name).isNotNull(), row))
+    parsed = F.from_json(F.coalesce(text, F.col("_key_json")), value_struct)
+    return F.coalesce(*typed, parsed) if typed else parsed

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from lakehouse import delta
 from lakehouse.columns import batch_long, batch_timestamp_us
 from lakehouse.delta.types import fits, value_checked, widened
-from lakehouse.dimension.jvm_decode import image_columns, row_text
+from lakehouse.dimension.decode import row_value
+from lakehouse.dimension.jvm_decode import row_text
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     INGESTED_AT,
@@ -656,36 +657,6 @@ def plan_target(
         refused_columns=frozenset(incompatible),
     )
     return plan, TargetFrames(rows=rows, rejected=rejected)
-
-
-def row_value(
-    schema: StructType, order: Sequence[str], types: Mapping[str, DataType], text: Column
-) -> Column:
-    """A change record's row image in the table's columns ``order`` and ``types``, from a
-    decoded frame of ``schema``. A typed image (the JVM's, :func:`~lakehouse.dimension.
-    jvm_decode.image_columns`) whose every column has the table's type is taken as it is.
-    Any other image is its JSON text ``text`` (:func:`~lakehouse.dimension.jvm_decode.
-    row_text`), read by ``from_json`` into the table's types: a column of another type (an
-    int into a bigint, a number into a string) converts as a JSON value does, the same
-    whichever decoder decoded the record. A record without an image (a delete without
-    ``before``) reads its key's."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    value_struct = StructType([StructField(n, types.get(n, StringType()), True) for n in order])
-    typed = []
-    for name, image in image_columns(schema):
-        image_types = {f.name: f.dataType for f in image.fields}
-        if not all(n in types and types[n] == t for n, t in image_types.items()):
-            continue
-        columns = [
-            (F.col(name)[n] if n in image_types else F.lit(None).cast(value_struct[n].dataType))
-            for n in order
-        ]
-        row = F.struct(*[c.alias(n) for c, n in zip(columns, order, strict=True)])
-        typed.append(F.when(F.col(name).isNotNull(), row))
-    parsed = F.from_json(F.coalesce(text, F.col("_key_json")), value_struct)
-    return F.coalesce(*typed, parsed) if typed else parsed
 
 
 def _block_evidence(
