@@ -2,7 +2,7 @@
 
 Spark writes a long or timestamp literal into the Java source it generates for a query's
 stages, and caches each compiled class by that source. A value that changes each batch (the
-wall clock, a watermark, a batch id) put in a plan as a plain literal so makes every batch
+wall clock, a watermark, a batch id) put in a plan as a plain literal makes every batch
 compile its stages anew: tens of milliseconds a class (Janino), and then the new class's first
 rows run in the JVM's interpreter until the JIT compiles it again. :func:`batch_long` holds
 such a value where the generated source only references it, so the classes compiled for one
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["batch_long", "batch_timestamp_ms", "batch_timestamp_us"]
+__all__ = ["batch_long", "batch_now", "batch_timestamp_ms"]
 
 
 def batch_long(value: int) -> Column:
@@ -43,8 +43,12 @@ def batch_timestamp_ms(epoch_ms: int) -> Column:
     return F.timestamp_millis(batch_long(epoch_ms))
 
 
-def batch_timestamp_us(epoch_us: int) -> Column:
-    """A timestamp column of ``epoch_us`` (microseconds), as :func:`batch_long` holds it."""
+def batch_now() -> Column:
+    """The wall clock at the call, to the microsecond, as a timestamp column that
+    :func:`batch_long` holds: what a batch stamps its rows with (``current_timestamp()``
+    would be a new literal each batch)."""
+    import time
+
     from pyspark.sql import functions as F
 
-    return F.timestamp_micros(batch_long(epoch_us))
+    return F.timestamp_micros(batch_long(time.time_ns() // 1000))

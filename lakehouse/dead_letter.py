@@ -27,12 +27,11 @@ column                        type         meaning
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from lakehouse import delta
-from lakehouse.columns import batch_long, batch_timestamp_us
+from lakehouse.columns import batch_long, batch_now
 from lakehouse.table_kinds import TableKind, creation_properties
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def to_dead_letters(
         error.cast("string").alias("_error"),
         F.lit(pipeline).alias("_pipeline"),
         batch_long(batch_id).alias("_batch_id"),
-        batch_timestamp_us(time.time_ns() // 1000).alias("_dead_lettered_at"),
+        batch_now().alias("_dead_lettered_at"),
     )
 
 

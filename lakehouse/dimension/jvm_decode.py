@@ -530,9 +530,9 @@ def decode_fast(
     Connect schema texts at the start of the batch. Each change record says its schema in
     ``_connect_schema``: ``''`` when it is its table's ``start`` schema, else
     :func:`schema_mark` of it (the Python pass says the schemas of the records it decodes the
-    same way where it can). ``observation``: receives ``jvm_values``,
-    the records whose value the JVM decoded, once the result is computed. The projections are
-    built once per set of known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
+    same way where it can). ``observation``: receives ``jvm_values``, the records whose value
+    the JVM decoded, once the result is computed. The projections are built once per set of
+    known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
     from pyspark.sql import Observation
 
     values = [(p, w) for p, w in wire.values.items() if w is not None]

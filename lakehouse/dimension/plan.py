@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from lakehouse import delta
-from lakehouse.columns import batch_long, batch_timestamp_us
+from lakehouse.columns import batch_long, batch_now
 from lakehouse.delta.types import fits, value_checked, widened
 from lakehouse.dimension.decode import row_value
 from lakehouse.dimension.jvm_decode import row_text
@@ -641,7 +641,7 @@ def plan_target(
         event_time.alias(EVENT_TIME),
         seq.alias(SEQ),
         F.col("_snapshot_phase").isin(*SNAPSHOT_PHASES).alias(SNAPSHOT),
-        batch_timestamp_us(time.time_ns() // 1000).alias(INGESTED_AT),
+        batch_now().alias(INGESTED_AT),
         F.col("topic").alias(KAFKA_TOPIC),
         F.col("partition").alias(KAFKA_PARTITION),
         F.col("offset").alias(KAFKA_OFFSET),

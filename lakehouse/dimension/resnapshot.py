@@ -8,12 +8,11 @@ re-snapshot completes, so the build table's latest versions equal the source aga
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lakehouse import delta
-from lakehouse.columns import batch_timestamp_us
+from lakehouse.columns import batch_now
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     INGESTED_AT,
@@ -120,7 +119,7 @@ def synthetic_deletes(
         elif f.name == SNAPSHOT:
             columns.append(F.lit(True).alias(SNAPSHOT))
         elif f.name == INGESTED_AT:
-            columns.append(batch_timestamp_us(time.time_ns() // 1000).alias(INGESTED_AT))
+            columns.append(batch_now().alias(INGESTED_AT))
         elif f.name == KAFKA_TOPIC:
             columns.append(F.lit(SYNTHETIC_DELETE_TOPIC).alias(KAFKA_TOPIC))
         else:
