@@ -40,12 +40,13 @@ def _row(decoded: Any) -> Any:
     from pyspark.sql.types import StructType
 
     from lakehouse.dimension.decode import row_value
-    from lakehouse.dimension.jvm_decode import row_text
+    from lakehouse.dimension.jvm_decode import image_columns, row_text
 
     types = {f.name: f.dataType for f in StructType.fromDDL(ROW_SCHEMA).fields}
-    text = row_text(decoded.schema)
+    images = image_columns(decoded.schema)
+    text = row_text(images)
     return decoded.select(
-        row_value(decoded.schema, list(types), types, text).alias("row"),
+        row_value(images, list(types), types, text).alias("row"),
         "_kind",
         "_op",
         "_event_time_ms",

@@ -377,11 +377,15 @@ def _texts(rows: Any) -> list[tuple[str | None, str | None]]:
 
 
 def row_value(
-    schema: StructType, order: Sequence[str], types: Mapping[str, DataType], text: Column
+    images: Sequence[tuple[str, StructType]],
+    order: Sequence[str],
+    types: Mapping[str, DataType],
+    text: Column,
 ) -> Column:
     """A change record's row image in the table's columns ``order`` and ``types``, from a
-    decoded frame of ``schema``. A typed image (the JVM's, :func:`image_columns`) whose every
-    column has the table's type is taken as it is.
+    decoded frame whose records' typed images are in ``images`` (the JVM's,
+    :func:`image_columns`). A typed image whose every column has the table's type is taken as
+    it is.
     Any other image is its JSON text ``text`` (:func:`~lakehouse.dimension.jvm_decode.
     row_text`), read by ``from_json`` into the table's types: a column of another type (an
     int into a bigint, a number into a string) converts as a JSON value does, the same
@@ -392,7 +396,7 @@ def row_value(
 
     value_struct = StructType([StructField(n, types.get(n, StringType()), True) for n in order])
     typed = []
-    for name, image in image_columns(schema):
+    for name, image in images:
         image_types = {f.name: f.dataType for f in image.fields}
         if not all(n in types and types[n] == t for n, t in image_types.items()):
             continue

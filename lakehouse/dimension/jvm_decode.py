@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,6 +58,7 @@ __all__ = [
     "WireSchemas",
     "decode_fast",
     "image_columns",
+    "image_groups",
     "row_text",
     "schema_mark",
 ]
@@ -65,7 +66,7 @@ __all__ = [
 #: The typed row-image columns' names start with this (:func:`image_columns`).
 IMAGE_PREFIX: Final = "_image"
 #: Schemas known at most, each of values and of keys (one ``from_json`` branch each).
-MAX_KNOWN: Final = 16
+MAX_KNOWN: Final = 256
 #: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
 MAX_MARKS: Final = 8 * MAX_KNOWN
 
@@ -310,16 +311,35 @@ def image_columns(schema: StructType) -> list[tuple[str, StructType]]:
     ]
 
 
-def row_text(schema: StructType) -> Column:
+def image_groups(schema: StructType) -> dict[str, tuple[str, ...]]:
+    """The typed row-image columns of a decoded frame's ``schema`` (:func:`image_columns`)
+    by the value schema they are of: ``{"_image3": ("_image3",), "_image4": ("_image4a",
+    "_image4b")}``. A record's image is in at most one group.
+
+    >>> from pyspark.sql.types import LongType, StringType, StructField as F, StructType
+    >>> row = StructType([F("a", LongType())])
+    >>> image_groups(StructType([F("_image0", row), F("_image1a", row), F("_image1b", row),
+    ...     F("_image2", StringType())]))
+    {'_image0': ('_image0',), '_image1': ('_image1a', '_image1b')}
+    """
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, _ in image_columns(schema):
+        group = name.rstrip("ab")
+        groups[group] = (*groups.get(group, ()), name)
+    return groups
+
+
+def row_text(images: Sequence[tuple[str, StructType]]) -> Column:
     """A decoded record's row image as JSON text, whichever decoder decoded it: its
-    ``_row_json``, else its typed image written as the JVM wrote ``_row_json`` before images
-    were typed (what ``from_json`` reads back into the column types). Evaluated only where
-    used: the path for a value whose column type differs from the record's."""
+    ``_row_json``, else its typed image (in one of ``images``, :func:`image_columns`)
+    written as the JVM wrote ``_row_json`` before images were typed (what ``from_json``
+    reads back into the column types). Evaluated only where used: the path for a value whose
+    column type differs from the record's."""
     from pyspark.sql import functions as F
 
     return F.coalesce(
         F.col("_row_json"),
-        *[F.to_json(F.col(name), _ROW_JSON_OPTIONS) for name, _ in image_columns(schema)],
+        *[F.to_json(F.col(name), _ROW_JSON_OPTIONS) for name, _ in images],
     )
 
 
@@ -535,8 +555,10 @@ def decode_fast(
     known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
     from pyspark.sql import Observation
 
-    values = [(p, w) for p, w in wire.values.items() if w is not None]
-    keys = [(p, k) for p, k in wire.keys.items() if k is not None]
+    # in the order of their text, not of their use: the set, not the order in which the
+    # batches' records used the schemas, decides when the projections are built again
+    values = sorted(((p, w) for p, w in wire.values.items() if w is not None), key=_first)
+    keys = sorted(((p, k) for p, k in wire.keys.items() if k is not None), key=_first)
     shape = (
         tuple(p for p, _ in values),
         tuple(p for p, _ in keys),
@@ -724,3 +746,7 @@ def _decode_steps(
 
 
 _RAW: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]

@@ -31,7 +31,7 @@ from lakehouse import delta
 from lakehouse.columns import batch_long, batch_now
 from lakehouse.delta.types import fits, value_checked, widened
 from lakehouse.dimension.decode import row_value
-from lakehouse.dimension.jvm_decode import row_text
+from lakehouse.dimension.jvm_decode import image_columns, image_groups, row_text
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     INGESTED_AT,
@@ -106,12 +106,19 @@ def summarise(decoded: DataFrame) -> Summary:
 
     Each summary entry of change records also has ``schema``: the newest Connect schema its
     records brought, as ``(position, partition, offset, text)``, or None (see
-    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`).
+    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); and ``images``: the typed
+    row-image columns its records' images are in (:func:`image_groups`), so that a table's
+    plan reads those and not every known schema's.
     """
     from pyspark.sql import functions as F
 
     shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
     columns = ("_row_columns", "_key_columns")
+    groups_of = image_groups(decoded.schema)
+    image = F.coalesce(
+        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
+        F.lit(None).cast("string"),
+    )
     rows = (
         decoded.groupBy(*shape, *columns, "topic", "partition")
         .agg(
@@ -131,6 +138,7 @@ def summarise(decoded: DataFrame) -> Summary:
                     ),
                 )
             ).alias("schema"),
+            F.collect_set(image).alias("images"),
         )
         .collect()
     )
@@ -146,8 +154,10 @@ def summarise(decoded: DataFrame) -> Summary:
                 "n": 0,
                 "max_ts": None,
                 "schema": None,
+                "images": frozenset(),
             },
         )
+        entry["images"] = entry["images"] | frozenset(r["images"])
         entry["n"] += int(r["n"])
         entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
         if r["schema"] is not None:
@@ -178,6 +188,20 @@ def summarise(decoded: DataFrame) -> Summary:
         group["seq"] = _max(group["seq"], r["seq"])
         group["src_ts"] = _max(group["src_ts"], r["max_ts"])
     return list(summary.values()), ends, list(groups.values())
+
+
+def _images_in(
+    schema: StructType, summary: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, StructType]]:
+    """The typed row-image columns of a decoded frame's ``schema`` that the records of
+    ``summary`` (its entries' ``images``, :func:`summarise`) are in; all of them when an
+    entry does not say."""
+    images = image_columns(schema)
+    if any("images" not in r for r in summary):
+        return images
+    groups = image_groups(schema)
+    wanted = {n for r in summary for g in r["images"] for n in groups.get(g, ())}
+    return [(n, t) for n, t in images if n in wanted]
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -569,8 +593,11 @@ def plan_target(
             evidence, held, held_count = _block_evidence(mine, incompatible, uri)
             reason = F.when(reason.isNotNull(), reason).when(held.isNotNull(), held)
             kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
-    text = row_text(decoded.schema)
-    mine = mine.withColumn("_v", row_value(decoded.schema, order, chosen, text))
+    # only the image columns this table's records are in: a batch over many tables would
+    # otherwise build (and evaluate) every table's images into every table's rows
+    images = _images_in(decoded.schema, summary)
+    text = row_text(images)
+    mine = mine.withColumn("_v", row_value(images, order, chosen, text))
     # bigint values going into a double column (widened, or widened before): each is
     # checked, and one a double does not hold exactly is dead-lettered, never rounded
     for name, (record_type, sets) in columns.value_checks.items():

@@ -189,3 +189,36 @@ def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tm
     replay = sink.process(_cdc(spark, changes, offset - len(changes)), 3)
     assert [t.rows for t in replay.targets] == [0, 0, 0]
     assert [delta.latest_version(str(tmp_path / n)) for n in names] == versions
+
+
+def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_path):
+    """A connector of more tables than the JVM decode once knew schemas (16): a steady batch
+    that touches every table decodes none of its records in Python, builds the decode's
+    projections from the batch before (not anew), and runs one job for its summary and one
+    write per table."""
+    names = [f"t{i:02d}" for i in range(17)]
+    tables = {
+        n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in names
+    }
+    sink = BuildSink(
+        [
+            BuildTarget(str(tmp_path / n), key_columns=("currency",), source_table=f"public.{n}")
+            for n in names
+        ],
+        dead_letter_table=str(tmp_path / "dlq"),
+        pipeline_id="cost-many",
+    )
+    snapshot = [m for t in tables.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])]
+    sink.process(_cdc(spark, snapshot, 0), 0)
+    offset, plans = len(snapshot), []
+    for b in (1, 2, 3):
+        # each batch meets the tables in another order
+        order = names[b:] + names[:b]
+        changes = [tables[n].update({"currency": "C00", "rate": f"{b}"}) for n in order]
+        with BatchCost(spark) as cost:
+            report = sink.process(_cdc(spark, changes, offset), b)
+        offset += len(changes)
+        plans.append(sink._wire.plan)
+        assert [t.rows for t in report.targets] == [1] * len(names)
+    assert plans[1] is plans[2], "the decode's projections were built anew"
+    assert cost.jobs == 1 + len(names), json.dumps(cost.descriptions, indent=1)

@@ -89,11 +89,12 @@ def _rows(df: Any) -> list[dict[str, Any]]:
     (``_typed``), so that it is compared as it is, not read back."""
     from pyspark.sql import functions as F
 
-    images = [n for n, _ in image_columns(df.schema)]
+    columns = image_columns(df.schema)
+    images = [n for n, _ in columns]
     typed = F.lit(False)
     for n in images:
         typed = typed | F.col(n).isNotNull()
-    shown = df.withColumn("_row_json", row_text(df.schema)).withColumn("_typed", typed)
+    shown = df.withColumn("_row_json", row_text(columns)).withColumn("_typed", typed)
     rows = shown.drop(*images).collect()
     return [r.asDict() for r in sorted(rows, key=lambda r: r["offset"])]
 
