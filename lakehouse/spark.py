@@ -90,6 +90,11 @@ DEFAULT_CONF: Mapping[str, str] = {
     # one (measured: 9 instead of 5 Spark jobs per row-time batch). Its partition coalescing
     # buys little on the few shuffle partitions lakehouse uses; set it back where it helps.
     "spark.sql.adaptive.enabled": "false",
+    # PySpark records the Python call site of every DataFrame and Column call for its error
+    # messages (its "DataFrame debugging"): four py4j round trips more per call, which made a
+    # batch's plan of each table cost several times what building it does, and the call sites
+    # it names are lakehouse's, not the user's code.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Delta rebuilds a table's state (files, app transactions) with a Spark job over its log
     # whenever a batch sees a new version; the default 50 partitions make each of those jobs
     # schedule 50 tasks for a log of a few kilobytes.
