@@ -552,9 +552,12 @@ def plan_target(
             TargetFrames()
         )
 
-    mine = decoded.filter(F.col("_kind") == "change")
+    # a table's plan is a handful of DataFrame operations, each analysed by Spark on the
+    # driver as it is made: a batch over many tables pays them per table
+    routed = F.col("_kind") == "change"
     if target.source_table is not None:
-        mine = mine.filter(F.col("_source_table") == target.source_table)
+        routed = routed & (F.col("_source_table") == target.source_table)
+    mine = decoded.filter(routed)
     if block is not None:
         # blocked: every change of the table is held back (module .schema_block)
         held_back = mine.withColumn("_error_kind", F.lit("schema_blocked")).withColumn(
@@ -650,12 +653,10 @@ def plan_target(
             ),
         )
         kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
-    mine = mine.withColumn("_reject", reason).withColumn("_reject_kind", kind)
+    mine = mine.withColumns({"_reject": reason, "_reject_kind": kind})
 
-    rejected = (
-        mine.filter(F.col("_reject").isNotNull())
-        .withColumn("_error", F.col("_reject"))
-        .withColumn("_error_kind", F.col("_reject_kind"))
+    rejected = mine.filter(F.col("_reject").isNotNull()).withColumns(
+        {"_error": F.col("_reject"), "_error_kind": F.col("_reject_kind")}
     )
     good = mine.filter(F.col("_reject").isNull())
     seq = F.coalesce(
