@@ -270,11 +270,18 @@ class BuildSink:
                 decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
                 cached.callback(decoded.unpersist)
                 summarised = summarise(decoded)
+            if self._writes_several(summarised):
+                decoded = _cut_lineage(decoded, cached)
             return self._process_decoded(
                 decoded, summarised, signal_df, signals, looks, batch_id, started, start, cached
             )
 
     # ------------------------------------------------------------------------------ internals
+
+    def _writes_several(self, summarised: Summary) -> bool:
+        """Whether the batch's change records go to more than one of the targets."""
+        changes = [r for r in summarised[0] if r["_kind"] == "change"]
+        return sum(1 for t in self.targets if any(routes(t, r) for r in changes)) > 1
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -753,6 +760,22 @@ def _row_stats(rows: DataFrame | None) -> RowStats:
     if rows is None:
         return RowStats()
     return _stats_of(rows.agg(*_row_stat_columns()).collect()[0].asDict())
+
+
+def _cut_lineage(decoded: DataFrame, cached: contextlib.ExitStack) -> DataFrame:
+    """``decoded`` (persisted and computed) as a frame of its own rows, without the decode's
+    plan behind it; the persisted copy is released, the new one at the batch's end.
+
+    The decode's plan holds every known Connect schema's parse and conversions. Each table's
+    plan and write over the persisted frame carries it all the same: Spark's analysis walks
+    it for every DataFrame operation, and every task of every table's write serialises it
+    (the cached rows' lineage). A batch writing N tables of one connector of N schemas paid
+    that N times over; a local checkpoint (one job, reading the cached rows) drops it."""
+    cut = decoded.localCheckpoint(eager=True)
+    decoded.unpersist()
+    rows = cut._jdf.queryExecution().analyzed().rdd()  # the rows the checkpoint persisted
+    cached.callback(lambda: rows.unpersist(False))
+    return cut
 
 
 def _log_unrouted_ddl(
