@@ -91,10 +91,14 @@ DEFAULT_CONF: Mapping[str, str] = {
     # buys little on the few shuffle partitions lakehouse uses; set it back where it helps.
     "spark.sql.adaptive.enabled": "false",
     # PySpark records the Python call site of every DataFrame and Column call for its error
-    # messages (its "DataFrame debugging"): four py4j round trips more per call, which made a
-    # batch's plan of each table cost several times what building it does, and the call sites
-    # it names are lakehouse's, not the user's code.
+    # messages (its "DataFrame debugging"): several py4j round trips more per call, over the
+    # hundreds of calls a batch's plan makes per table; the call sites it would name are
+    # lakehouse's, not the user's code.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps 100 generated classes by default; each table a batch writes has code of its
+    # own (the ordinals of its columns), so a connector of about 100 tables compiled them all
+    # again in every batch.
+    "spark.sql.codegen.cache.maxEntries": "1000",
     # Delta rebuilds a table's state (files, app transactions) with a Spark job over its log
     # whenever a batch sees a new version; the default 50 partitions make each of those jobs
     # schedule 50 tasks for a log of a few kilobytes.
