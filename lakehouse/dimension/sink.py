@@ -773,8 +773,11 @@ def _cut_lineage(decoded: DataFrame, cached: contextlib.ExitStack) -> DataFrame:
     that N times over; a local checkpoint (one job, reading the cached rows) drops it."""
     cut = decoded.localCheckpoint(eager=True)
     decoded.unpersist()
-    rows = cut._jdf.queryExecution().analyzed().rdd()  # the rows the checkpoint persisted
-    cached.callback(lambda: rows.unpersist(False))
+    # the rows the checkpoint persisted, released as RDD.unpersist does, without its warning
+    # that a local checkpoint's rows cannot be computed again once released
+    rows = cut._jdf.queryExecution().analyzed().rdd().id()
+    context = cut.sparkSession.sparkContext._jsc.sc()
+    cached.callback(lambda: context.unpersistRDD(rows, False))
     return cut
 
 
