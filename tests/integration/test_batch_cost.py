@@ -144,10 +144,8 @@ def test_a_row_time_batch_is_one_look_per_table(spark, rates):
     assert costs[-1].compiles == 0, costs[-1].descriptions
 
 
-def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tmp_path):
-    """One connector, three tables: a batch of changes to one of them rebuilds no other
-    table's state (the replay check reads the tables' recent commits, issue 33)."""
-    names = ("rates", "fees", "taxes")
+def _connector(tmp_path, names, pipeline_id):
+    """One connector's tables ``public.<name>`` and a sink writing each to its own table."""
     tables = {
         n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in names
     }
@@ -157,8 +155,16 @@ def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tm
             for n in names
         ],
         dead_letter_table=str(tmp_path / "dlq"),
-        pipeline_id="cost-tables",
+        pipeline_id=pipeline_id,
     )
+    return tables, sink
+
+
+def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tmp_path):
+    """One connector, three tables: a batch of changes to one of them rebuilds no other
+    table's state (the replay check reads the tables' recent commits, issue 33)."""
+    names = ("rates", "fees", "taxes")
+    tables, sink = _connector(tmp_path, names, "cost-tables")
     snapshot = [
         m
         for t in tables.values()
@@ -197,17 +203,7 @@ def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_p
     projections from the batch before (not anew), and runs one job for its summary, one for
     the decoded rows without the decode's plan behind them, and one write per table."""
     names = [f"t{i:02d}" for i in range(17)]
-    tables = {
-        n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in names
-    }
-    sink = BuildSink(
-        [
-            BuildTarget(str(tmp_path / n), key_columns=("currency",), source_table=f"public.{n}")
-            for n in names
-        ],
-        dead_letter_table=str(tmp_path / "dlq"),
-        pipeline_id="cost-many",
-    )
+    tables, sink = _connector(tmp_path, names, "cost-many")
     snapshot = [m for t in tables.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])]
     sink.process(_cdc(spark, snapshot, 0), 0)
     offset, plans = len(snapshot), []
