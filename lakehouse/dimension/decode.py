@@ -47,6 +47,7 @@ from lakehouse.dimension.jvm_decode import (
     WireSchemas,
     decode_fast,
     image_columns,
+    image_groups,
     schema_mark,
 )
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
@@ -374,6 +375,20 @@ def _texts(rows: Any) -> list[tuple[str | None, str | None]]:
                 pair.append(None)
         out.append((pair[0], pair[1]))
     return out
+
+
+def row_images(
+    schema: StructType, summary: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, StructType]]:
+    """The typed row-image columns of a decoded frame's ``schema`` that the records of
+    ``summary`` are in (its entries' ``images``, :func:`lakehouse.dimension.plan.summarise`):
+    the images :func:`row_value` needs for them. All of them when an entry does not say."""
+    images = image_columns(schema)
+    if any("images" not in r for r in summary):
+        return images
+    groups = image_groups(schema)
+    wanted = {n for r in summary for g in r["images"] for n in groups.get(g, ())}
+    return [(n, t) for n, t in images if n in wanted]
 
 
 def row_value(

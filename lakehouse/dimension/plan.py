@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from lakehouse import delta
 from lakehouse.columns import batch_long, batch_now
 from lakehouse.delta.types import fits, value_checked, widened
-from lakehouse.dimension.decode import row_value
-from lakehouse.dimension.jvm_decode import image_columns, image_groups, row_text
+from lakehouse.dimension.decode import row_images, row_value
+from lakehouse.dimension.jvm_decode import image_groups, row_text
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     INGESTED_AT,
@@ -188,20 +188,6 @@ def summarise(decoded: DataFrame) -> Summary:
         group["seq"] = _max(group["seq"], r["seq"])
         group["src_ts"] = _max(group["src_ts"], r["max_ts"])
     return list(summary.values()), ends, list(groups.values())
-
-
-def _images_in(
-    schema: StructType, summary: Sequence[Mapping[str, Any]]
-) -> list[tuple[str, StructType]]:
-    """The typed row-image columns of a decoded frame's ``schema`` that the records of
-    ``summary`` (its entries' ``images``, :func:`summarise`) are in; all of them when an
-    entry does not say."""
-    images = image_columns(schema)
-    if any("images" not in r for r in summary):
-        return images
-    groups = image_groups(schema)
-    wanted = {n for r in summary for g in r["images"] for n in groups.get(g, ())}
-    return [(n, t) for n, t in images if n in wanted]
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -598,7 +584,7 @@ def plan_target(
             kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
     # only the image columns this table's records are in: a batch over many tables would
     # otherwise build (and evaluate) every table's images into every table's rows
-    images = _images_in(decoded.schema, summary)
+    images = row_images(decoded.schema, summary)
     text = row_text(images)
     mine = mine.withColumn("_v", row_value(images, order, chosen, text))
     # bigint values going into a double column (widened, or widened before): each is
