@@ -32,6 +32,8 @@ POINTS: Final[dict[str, str]] = {
     "create.before_properties": "the empty table committed, its properties not yet",
     # an idempotent write to an existing table (lakehouse.delta.write), in every batch
     "delta.before_commit": "a write's data files written, its commit not yet",
+    # the checkpoint a commit made due, written beside the next batch (lakehouse.delta)
+    "delta.checkpoint": "a commit that made a log checkpoint due, the checkpoint not yet",
     # the ingest's batch (lakehouse.dimension.sink), in write order
     "ingest.after_dead_letters": "the batch's dead letters committed, no build-table write",
     "ingest.after_create": "the build table created, the batch's data not yet",

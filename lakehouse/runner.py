@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import jobs
 from lakehouse.checkpoint import has_offsets
 from lakehouse.config import IngestConfig, JoinConfig, KafkaConfig, Settings, StreamConfig
+from lakehouse.delta import checkpointer
 from lakehouse.errors import ConfigError
 from lakehouse.jobs import Job
 
@@ -305,6 +306,8 @@ class SupervisedQuery:
         except BaseException as e:  # never leave a job that looks active forever
             self._error = self._error or e
         finally:
+            # the Delta checkpoints its last batches made due, written before the job ends
+            checkpointer.drain()
             self._done.set()
 
     def _explained(self, failure: BaseException) -> BaseException:

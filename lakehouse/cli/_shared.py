@@ -273,8 +273,11 @@ def _stop_spark() -> None:
     server does not outlive the JVM and print a trace."""
     from pyspark.sql import SparkSession
 
+    from lakehouse.delta import checkpointer
+
     session = SparkSession.getActiveSession()
     if session is not None:
+        checkpointer.drain()  # the Delta checkpoints the command's commits made due
         session.stop()
 
 

@@ -16,7 +16,8 @@ them on the driver:
   (small Spark jobs over the log), asked only when no recent commit set the application id;
 * :func:`stage_on` and :func:`commit_on` — Delta's own ``WriteIntoDelta`` on a transaction
   started from the batch's snapshot, without its application-transaction look-up, its files
-  written first and its commit made later (:func:`write_on`: both at once).
+  written first and its commit made later (:func:`write_on`: both at once), optionally
+  without Delta's checkpoint hook (:mod:`lakehouse.delta.checkpointer` writes it).
 
 The calls are to classes of delta-spark 4.x (``org.apache.spark.sql.delta.DeltaLog``,
 ``Snapshot``) pinned in ``jvm/spark/pom.xml``; tests/integration/test_delta.py exercises each
@@ -349,13 +350,54 @@ def commit_on(
     user_metadata: str | None,
     *,
     before_commit: Callable[[], None] = lambda: None,
-) -> None:
+    defer_checkpoint: bool = False,
+) -> int | None:
     """Commit what :func:`stage_on` wrote, with Delta's ``WRITE`` operation and
     ``user_metadata`` as the commit's ``userMetadata``, after Delta's conflict check against
     every commit since the staged transaction's snapshot. ``before_commit`` runs first (a
-    failpoint)."""
+    failpoint).
+
+    ``defer_checkpoint``: the commit runs Delta's post-commit hooks except its checkpoint, and
+    returns the committed version when that version is due for one (a multiple of the table's
+    ``delta.checkpointInterval``), for the caller to write later
+    (:mod:`lakehouse.delta.checkpointer`). None otherwise, and always when Delta wrote its own
+    checkpoint (not deferred, or this delta-spark's hooks are not where this looks)."""
     before_commit()
-    staged.txn.commitIfNeeded(staged.actions, staged.operation(user_metadata), staged.tags)
+    txn = staged.txn
+    deferred = defer_checkpoint and _without_checkpoint_hook(txn)
+    committed = txn.commitIfNeeded(staged.actions, staged.operation(user_metadata), staged.tags)
+    if not deferred or not committed.isDefined():
+        return None
+    version = int(committed.get())
+    interval = int(txn.deltaLog().checkpointInterval(txn.metadata()))
+    return version if version != 0 and interval > 0 and version % interval == 0 else None
+
+
+def _without_checkpoint_hook(txn: Any) -> bool:
+    """Take Delta's ``CheckpointHook`` off the transaction's post-commit hooks (its checkpoint
+    then runs only when the caller asks); False, with the hooks unchanged, where this
+    delta-spark keeps them elsewhere."""
+    from py4j.protocol import Py4JError
+
+    try:
+        hooks = txn.postCommitHooks()  # Scala's protected val: public in the bytecode
+        hook = getattr(
+            _class_of(txn, "org.apache.spark.sql.delta.hooks.CheckpointHook$"), "MODULE$"
+        )
+        index = int(hooks.indexOf(hook))
+        if index < 0:
+            return False
+        hooks.remove(index)
+    except Py4JError:
+        return False
+    return True
+
+
+def _class_of(jobject: Any, fqn: str) -> Any:
+    """The JVM class ``fqn``, through the gateway of ``jobject``."""
+    from py4j.java_gateway import JavaClass
+
+    return JavaClass(fqn, jobject._gateway_client)
 
 
 def write_on(
@@ -368,13 +410,20 @@ def write_on(
     options: dict[str, str],
     replacing: Sequence[str] | None = None,
     before_commit: Callable[[], None] = lambda: None,
-) -> None:
+    defer_checkpoint: bool = False,
+) -> int | None:
     """:func:`stage_on`, then :func:`commit_on` with the ``userMetadata`` option: what
     ``DataFrameWriter.save`` does with these options, without Delta's own look-up of
     ``txnAppId``. ``before_commit`` runs after the data files are written, before the commit.
+    Returns what :func:`commit_on` returns.
 
     Raises:
         Unsupported: as :func:`stage_on`.
     """
     staged = stage_on(spark, log, jsnapshot, jdf, mode=mode, options=options, replacing=replacing)
-    commit_on(staged, options.get("userMetadata"), before_commit=before_commit)
+    return commit_on(
+        staged,
+        options.get("userMetadata"),
+        before_commit=before_commit,
+        defer_checkpoint=defer_checkpoint,
+    )

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakehouse.delta import _engine
+from lakehouse.delta import _engine, checkpointer
 from lakehouse.delta.commits import WriteResult
 from lakehouse.delta.ddl import (
     _quote,
@@ -345,13 +345,16 @@ class StagedAppend:
         when a commit since the snapshot conflicts (the same batch by another copy of the
         pipeline: reported as skipped)."""
         try:
-            _engine.commit_on(
+            due = _engine.commit_on(
                 self.staged,
                 _user_metadata(metadata),
                 before_commit=lambda: failpoint("delta.before_commit", self.txn[1]),
+                defer_checkpoint=checkpointer.deferred(self.spark),
             )
         except Exception as e:
             return _refused(e, self.spark, self.uri, self.txn)
+        if due is not None:
+            checkpointer.schedule(self.spark, self.snap._log, self.uri, due, batch_id=self.txn[1])
         return _finish(
             self.spark,
             self.uri,
@@ -454,8 +457,9 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
     spark = data.sparkSession
     if not _direct_on(snap, spark):
         return False
+    batch_id = int(options["txnVersion"])
     try:
-        _engine.write_on(
+        due = _engine.write_on(
             spark,
             snap._log,
             snap._jsnapshot,
@@ -465,11 +469,14 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
             # an overwrite of a table of full overwrites (a join's pending table): the files
             # it replaces are those the last one added, read from its commit, not listed
             replacing=snap.live_adds() if mode == "overwrite" else None,
-            before_commit=lambda: failpoint("delta.before_commit", int(options["txnVersion"])),
+            before_commit=lambda: failpoint("delta.before_commit", batch_id),
+            defer_checkpoint=checkpointer.deferred(spark),
         )
     except _engine.Unsupported as e:
         _refuse_direct(str(e))
         return False
+    if due is not None:
+        checkpointer.schedule(spark, snap._log, snap.uri, due, batch_id=batch_id)
     return True
 
 

@@ -406,3 +406,39 @@ def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_pa
     delta.overwrite(_rows(spark, 8, 9), uri)
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 8")
     assert delta.snapshot(uri).files_by_commits() is None  # a delete
+
+
+def test_a_due_checkpoint_is_written_beside_the_next_batch_not_inside_the_commit(spark, tmp_path):
+    from lakehouse.delta import checkpointer
+
+    uri = str(tmp_path / "t")
+    logdir = tmp_path / "t" / "_delta_log"
+    spark.sql(
+        f"CREATE TABLE delta.`{uri}` (id BIGINT) USING delta "
+        "TBLPROPERTIES ('delta.checkpointInterval' = '3')"
+    )
+    for batch in (1, 2):
+        delta.append(spark.range(batch, batch + 1), uri, txn=("job", batch))
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = set(tracker.getJobIdsForGroup(checkpointer.JOB_GROUP))
+    # while this thread holds the queue, the worker cannot take the checkpoint version 3 made due
+    with checkpointer._cond:
+        assert delta.append(spark.range(3, 4), uri, txn=("job", 3)).version == 3
+        assert not (logdir / f"{3:020d}.checkpoint.parquet").exists()
+    assert checkpointer.drain(timeout=300)
+    assert (logdir / f"{3:020d}.checkpoint.parquet").exists()
+    assert '"version":3' in (logdir / "_last_checkpoint").read_text()
+    # its Spark jobs ran in the checkpointer's job group, not in the writer's
+    assert set(tracker.getJobIdsForGroup(checkpointer.JOB_GROUP)) - jobs_before
+
+    # turned off: Delta writes it inside the commit, as its writer does
+    spark.conf.set(checkpointer.DEFER_CONF, "false")
+    try:
+        for batch in (4, 5, 6):
+            with checkpointer._cond:
+                delta.append(spark.range(batch, batch + 1), uri, txn=("job", batch))
+        assert (logdir / f"{6:020d}.checkpoint.parquet").exists()
+    finally:
+        spark.conf.unset(checkpointer.DEFER_CONF)
+    assert DeltaTable(uri).version() == 6
+    assert sorted(r.id for r in spark.read.format("delta").load(uri).collect()) == list(range(1, 7))
