@@ -316,6 +316,18 @@ def prepare_session(spark: SparkSession) -> None:
             spark.conf.set(key, value)
 
 
+def session_identity(spark: SparkSession) -> str:
+    """What tells two Python ``SparkSession`` objects apart: the JVM session behind them.
+    PySpark hands each ``foreachBatch`` call a new Python object around the streaming query's
+    one JVM session, so a cache keyed by the Python object (or its ``id``) would miss in every
+    micro-batch (and keep every batch's entry alive)."""
+    jsession: Any = spark._jsparkSession
+    try:
+        return str(jsession.sessionUUID())
+    except Exception:  # a runtime without Spark's session UUID: the JVM object's identity
+        return f"jvm-{jsession.hashCode()}"
+
+
 def _check_active_session(spark: SparkSession) -> None:
     """An existing session (Databricks, a notebook) cannot be given jars: check it has them."""
     loader = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ from lakehouse.delta.scan import files_at as files_at
 from lakehouse.delta.scan import read as read
 from lakehouse.delta.scan import read_files as read_files
 from lakehouse.delta.scan import row_count as row_count
+from lakehouse.delta.scan import scanned_files as scanned_files
 from lakehouse.delta.schema import check_compatible as check_compatible
 from lakehouse.delta.schema import first_inexact as first_inexact
 from lakehouse.delta.schema import inexact as inexact
@@ -69,6 +70,7 @@ __all__ = [
     "read_files",
     "row_count",
     "same_type",
+    "scanned_files",
     "set_properties",
     "snapshot",
     "spark_schema_to_arrow",

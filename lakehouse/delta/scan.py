@@ -5,6 +5,7 @@ files of a version when its files alone are the table (:func:`read_files`, :func
 from __future__ import annotations
 
 import collections
+import threading
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta.log import (
@@ -19,6 +20,7 @@ from lakehouse.errors import (
     TableNotFoundError,
     UnsupportedTableError,
 )
+from lakehouse.spark import session_identity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,6 +55,12 @@ _VERSION_FILES: collections.OrderedDict[tuple[str, str, int], tuple[tuple[str, .
     collections.OrderedDict()
 )
 _VERSION_FILES_MAX = 64
+#: The scans :func:`read_files` made, per version, with the (JVM) session they belong to and
+#: their input files once asked (:func:`scanned_files`): a join reading the same build version
+#: batch after batch gets the same DataFrame, with no new listing of its files by Spark's file
+#: index and no new look at its plan.
+_FRAMES: collections.OrderedDict[tuple[str, str, int], list[Any]] = collections.OrderedDict()
+_frames_lock = threading.Lock()
 
 
 def read_files(
@@ -85,7 +93,31 @@ def read_files(
     files, schema = cached
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
+    session = session_identity(spark)
+    with _frames_lock:
+        frame = _FRAMES.get(key)
+        if frame is not None and frame[0] == session:
+            _FRAMES.move_to_end(key)
+            return frame[1]
+    df = spark.read.schema(schema).parquet(*files)
+    with _frames_lock:
+        _FRAMES[key] = [session, df, None]
+        while len(_FRAMES) > _VERSION_FILES_MAX:
+            _FRAMES.popitem(last=False)
+    return df
+
+
+def scanned_files(df: DataFrame) -> frozenset[str] | None:
+    """``df.inputFiles()`` when ``df`` is a scan :func:`read_files` made, which is a plain
+    parquet scan of exactly those files (asked of Spark once per scan); None for any other
+    DataFrame, whose plan the caller must look at."""
+    with _frames_lock:
+        frame = next((f for f in _FRAMES.values() if f[1] is df), None)
+    if frame is None:
+        return None
+    if frame[2] is None:
+        frame[2] = frozenset(df.inputFiles())
+    return frame[2]
 
 
 def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:

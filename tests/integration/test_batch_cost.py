@@ -96,6 +96,15 @@ def _join(root, uri, mode):
     )
 
 
+def as_foreach_batch(df):
+    """``df`` as ``foreachBatch`` hands a micro-batch to its function: in a new Python
+    ``SparkSession`` object around the same JVM session, every batch
+    (``pyspark.sql.utils.ForeachBatchFunction``)."""
+    from pyspark.sql import DataFrame, SparkSession
+
+    return DataFrame(df._jdf, SparkSession(df.sparkSession.sparkContext, df._jdf.sparkSession()))
+
+
 def _batches(spark, op, n=3):
     costs = []
     with generated_code(spark):
@@ -104,8 +113,9 @@ def _batches(spark, op, n=3):
                 {"id": b * 6 + i, "currency": CODES[(b + i) % 10], "ts": 5_000 + b * 6 + i}
                 for i in range(6)
             ]
+            raw = as_foreach_batch(raw_records(spark, rows, topic="orders", first_offset=b * 6))
             with BatchCost(spark) as cost:
-                op.process(raw_records(spark, rows, topic="orders", first_offset=b * 6), b)
+                op.process(raw, b)
             costs.append(cost)
     return costs[1:]  # batch 0 creates the tables
 

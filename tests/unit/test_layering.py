@@ -48,6 +48,7 @@ ALLOWED: dict[str, set[str]] = {
         "dimension",
         "errors",
         "failpoints",
+        "spark",
         "storage",
         "table_kinds",
         "time",

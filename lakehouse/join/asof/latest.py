@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
 from lakehouse.join.asof.common import is_plain_scan
+from lakehouse.spark import session_identity
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -122,11 +123,22 @@ class _SnapshotCache:
             EVENT_TIME,
             SEQ,
         ]
-        files = frozenset(build.inputFiles())
+        from lakehouse.delta import scanned_files
+
+        files = scanned_files(build)
+        plain = files is not None
+        if files is None:
+            files = frozenset(build.inputFiles())
+            plain = is_plain_scan(build, files)
         spark = build.sparkSession
-        if not is_plain_scan(build, files):
+        if not plain:
             return self._compute(build, build_key, carried, files, cached=False)
-        identity = (id(spark), build.schema.json(), tuple(build_key), tuple(carried))
+        identity = (
+            session_identity(spark),
+            build.schema.json(),
+            tuple(build_key),
+            tuple(carried),
+        )
         with self._lock:
             mine = [(i, e) for i, (ident, e) in enumerate(self._entries) if ident == identity]
             for i, entry in mine:

@@ -79,15 +79,17 @@ def plan_narrow(
     """
     from pyspark.sql.types import StructType
 
-    from lakehouse.delta import spark_schema_to_arrow
+    from lakehouse.delta import scanned_files, spark_schema_to_arrow
 
     conf = build.sparkSession.conf.get(NARROW_MAX_BUILD_ROWS_CONF, None)
     limit = NARROW_MAX_BUILD_ROWS if conf is None else int(conf)
     if limit <= 0:
         return None, f"turned off by {NARROW_MAX_BUILD_ROWS_CONF}={conf}"
-    files = frozenset(build.inputFiles())
-    if not is_plain_scan(build, files):
-        return None, "the build is not a plain parquet scan of a file list"
+    files = scanned_files(build)
+    if files is None:
+        files = frozenset(build.inputFiles())
+        if not is_plain_scan(build, files):
+            return None, "the build is not a plain parquet scan of a file list"
     needed = list(dict.fromkeys([*build_key, *value_columns, OP, EVENT_TIME, SEQ]))
     try:
         schema = spark_schema_to_arrow(StructType([build.schema[n] for n in needed]))
