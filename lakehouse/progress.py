@@ -13,7 +13,9 @@ from lakehouse.metrics import ingest_record, join_record
 from lakehouse.time import WATERMARK_MIN, Watermark, format_epoch_ms
 
 if TYPE_CHECKING:
-    from lakehouse.dimension import BatchReport
+    from collections.abc import Sequence
+
+    from lakehouse.dimension import BatchReport, TargetReport
     from lakehouse.join import JoinBatchReport
     from lakehouse.metrics import Metrics
 
@@ -23,8 +25,55 @@ def watermark_text(ms: int) -> str:
     return "MIN" if ms == WATERMARK_MIN else format_epoch_ms(ms)
 
 
+#: An ingest batch's line names each of its tables up to this many; beyond that it names the
+#: tables with news (a marker set, an alert, a schema change, ...) and sums up the rest. The
+#: batch's JSON record (``--log-format json``, :mod:`lakehouse.metrics`) lists every table.
+LINE_TABLES = 5
+
+
+def _news(t: TargetReport) -> bool:
+    """Whether a table's part of the batch is more than rows appended in its current phase."""
+    return bool(
+        t.marker_set_now
+        or t.resnapshot_started
+        or t.pending
+        or t.synthetic_deletes
+        or t.alert
+        or t.schema_changes
+        or t.schema_block
+    )
+
+
+def _tables_sum(targets: Sequence[TargetReport], *, more: bool) -> str:
+    """The routine tables of a batch of many, in one part of its line."""
+    written = [t for t in targets if not t.unchanged]
+    unchanged = len(targets) - len(written)
+    text = f"{len(targets)}{' more' if more else ''} tables: "
+    counts = []
+    if written:
+        counts.append(f"+{sum(t.rows for t in written)} versions in {len(written)}")
+    if unchanged:
+        counts.append(f"{unchanged} unchanged")
+    text += ", ".join(counts)
+    phases: dict[str, int] = {}
+    for t in targets:
+        phase = "complete" if t.snapshot_complete else t.phase
+        phases[phase] = phases.get(phase, 0) + 1
+    if list(phases) == ["complete"]:
+        text += ", [green]snapshot complete[/]"
+    else:
+        text += ", " + ", ".join(f"snapshot {p} in {n}" for p, n in sorted(phases.items()))
+    marks = sorted({t.watermark_ms for t in written})
+    if len(marks) == 1:
+        text += f", watermark {watermark_text(marks[0])}"
+    elif marks:
+        text += f", watermarks {watermark_text(marks[0])} to {watermark_text(marks[-1])}"
+    return text
+
+
 def ingest_line(report: BatchReport) -> str:
-    """A one-line summary of an ingest batch (rich markup)."""
+    """A one-line summary of an ingest batch (rich markup): each table's part, or past
+    :data:`LINE_TABLES` tables, those with news and a sum of the rest."""
     if report.skipped:
         return f"[dim]ingest batch {report.batch_id}: already committed (replay), skipped[/]"
     parts = [
@@ -40,7 +89,12 @@ def ingest_line(report: BatchReport) -> str:
         )
     if report.unrouted:
         parts.append(f"[yellow]{report.unrouted} of no configured table[/]")
-    for t in report.targets:
+    shown: Sequence[TargetReport] = report.targets
+    routine: Sequence[TargetReport] = ()
+    if len(shown) > LINE_TABLES:
+        shown = [t for t in report.targets if _news(t)]
+        routine = [t for t in report.targets if not _news(t)]
+    for t in shown:
         if t.unchanged:
             parts.append(f"{t.table_uri}: unchanged, nothing committed (v{t.version})")
             continue
@@ -63,6 +117,8 @@ def ingest_line(report: BatchReport) -> str:
             f"{t.table_uri}: +{t.rows} versions (v{t.version}), {marker}, "
             f"watermark {watermark_text(t.watermark_ms)}"
         )
+    if routine:
+        parts.append(_tables_sum(routine, more=bool(shown)))
     parts.append(f"{report.seconds:.1f}s")
     return ", ".join(parts)
 
