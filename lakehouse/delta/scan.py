@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta.log import (
@@ -55,11 +56,20 @@ _VERSION_FILES: collections.OrderedDict[tuple[str, str, int], tuple[tuple[str, .
     collections.OrderedDict()
 )
 _VERSION_FILES_MAX = 64
+
+
+@dataclass(slots=True)
+class _Scan:
+    session: str  # lakehouse.spark.session_identity
+    frame: DataFrame
+    files: frozenset[str] | None = None  # its inputFiles(), once asked
+
+
 #: The scans :func:`read_files` made, per version, with the (JVM) session they belong to and
 #: their input files once asked (:func:`scanned_files`): a join reading the same build version
 #: batch after batch gets the same DataFrame, with no new listing of its files by Spark's file
 #: index and no new look at its plan.
-_FRAMES: collections.OrderedDict[tuple[str, str, int], list[Any]] = collections.OrderedDict()
+_FRAMES: collections.OrderedDict[tuple[str, str, int], _Scan] = collections.OrderedDict()
 _frames_lock = threading.Lock()
 
 
@@ -95,13 +105,13 @@ def read_files(
         return spark.createDataFrame([], schema)
     session = session_identity(spark)
     with _frames_lock:
-        frame = _FRAMES.get(key)
-        if frame is not None and frame[0] == session:
+        scan = _FRAMES.get(key)
+        if scan is not None and scan.session == session:
             _FRAMES.move_to_end(key)
-            return frame[1]
+            return scan.frame
     df = spark.read.schema(schema).parquet(*files)
     with _frames_lock:
-        _FRAMES[key] = [session, df, None]
+        _FRAMES[key] = _Scan(session, df)
         while len(_FRAMES) > _VERSION_FILES_MAX:
             _FRAMES.popitem(last=False)
     return df
@@ -112,12 +122,12 @@ def scanned_files(df: DataFrame) -> frozenset[str] | None:
     parquet scan of exactly those files (asked of Spark once per scan); None for any other
     DataFrame, whose plan the caller must look at."""
     with _frames_lock:
-        frame = next((f for f in _FRAMES.values() if f[1] is df), None)
-    if frame is None:
+        scan = next((s for s in _FRAMES.values() if s.frame is df), None)
+    if scan is None:
         return None
-    if frame[2] is None:
-        frame[2] = frozenset(df.inputFiles())
-    return frame[2]
+    if scan.files is None:
+        scan.files = frozenset(df.inputFiles())
+    return scan.files
 
 
 def files_at(uri: str, version: int, *, spark: SparkSession | None = None) -> list[str]:

@@ -13,6 +13,19 @@ if TYPE_CHECKING:
 PROBE_TIME_US = "_probe_time_us"
 
 
+def scan_files(build: DataFrame) -> tuple[frozenset[str], bool]:
+    """``build``'s input files, and whether ``build`` is exactly a parquet scan of them
+    (:func:`is_plain_scan`). A scan :func:`lakehouse.delta.read_files` made is one by
+    construction, and its files are known without asking Spark again."""
+    from lakehouse.delta import scanned_files
+
+    files = scanned_files(build)
+    if files is not None:
+        return files, True
+    files = frozenset(build.inputFiles())
+    return files, is_plain_scan(build, files)
+
+
 def is_plain_scan(build: DataFrame, files: frozenset[str]) -> bool:
     """Whether ``build`` is exactly a parquet scan of ``files`` with its schema (so that a scan
     of a subset of them is the same rows restricted to those files). Spark reports the files

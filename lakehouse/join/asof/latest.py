@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.dimension.layout import EVENT_TIME, OP, SEQ
-from lakehouse.join.asof.common import is_plain_scan
+from lakehouse.join.asof.common import scan_files
 from lakehouse.spark import session_identity
 
 if TYPE_CHECKING:
@@ -123,13 +123,7 @@ class _SnapshotCache:
             EVENT_TIME,
             SEQ,
         ]
-        from lakehouse.delta import scanned_files
-
-        files = scanned_files(build)
-        plain = files is not None
-        if files is None:
-            files = frozenset(build.inputFiles())
-            plain = is_plain_scan(build, files)
+        files, plain = scan_files(build)
         spark = build.sparkSession
         if not plain:
             return self._compute(build, build_key, carried, files, cached=False)

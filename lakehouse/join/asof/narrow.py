@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from lakehouse.join.kernel import AsOfIndex
 
-from lakehouse.join.asof.common import PROBE_TIME_US, is_plain_scan
+from lakehouse.join.asof.common import PROBE_TIME_US, scan_files
 
 #: The largest build (rows in all its files) that each Python worker reads and indexes whole.
 #: An index costs about 90 bytes per build row with a bigint key and one bigint value (codes,
@@ -79,17 +79,15 @@ def plan_narrow(
     """
     from pyspark.sql.types import StructType
 
-    from lakehouse.delta import scanned_files, spark_schema_to_arrow
+    from lakehouse.delta import spark_schema_to_arrow
 
     conf = build.sparkSession.conf.get(NARROW_MAX_BUILD_ROWS_CONF, None)
     limit = NARROW_MAX_BUILD_ROWS if conf is None else int(conf)
     if limit <= 0:
         return None, f"turned off by {NARROW_MAX_BUILD_ROWS_CONF}={conf}"
-    files = scanned_files(build)
-    if files is None:
-        files = frozenset(build.inputFiles())
-        if not is_plain_scan(build, files):
-            return None, "the build is not a plain parquet scan of a file list"
+    files, plain = scan_files(build)
+    if not plain:
+        return None, "the build is not a plain parquet scan of a file list"
     needed = list(dict.fromkeys([*build_key, *value_columns, OP, EVENT_TIME, SEQ]))
     try:
         schema = spark_schema_to_arrow(StructType([build.schema[n] for n in needed]))
