@@ -270,18 +270,11 @@ class BuildSink:
                 decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
                 cached.callback(decoded.unpersist)
                 summarised = summarise(decoded)
-            if self._writes_several(summarised):
-                decoded = _cut_lineage(decoded, cached)
             return self._process_decoded(
                 decoded, summarised, signal_df, signals, looks, batch_id, started, start, cached
             )
 
     # ------------------------------------------------------------------------------ internals
-
-    def _writes_several(self, summarised: Summary) -> bool:
-        """Whether the batch's change records go to more than one of the targets."""
-        changes = [r for r in summarised[0] if r["_kind"] == "change"]
-        return sum(1 for t in self.targets if any(routes(t, r) for r in changes)) > 1
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -344,6 +337,8 @@ class BuildSink:
         if signals.invalid:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
+        if sum(1 for t in self.targets if any(routes(t, r) for r in changes)) > 1:
+            decoded = _cut_lineage(decoded, cached)  # the tables are planned over its rows
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
         spark = decoded.sparkSession
         registering = threading.Lock()
