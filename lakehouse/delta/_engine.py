@@ -198,6 +198,7 @@ class Staged:
     """A write whose data files are written and whose commit is not (:func:`stage_on`):
     the transaction, Delta's commit actions and what the commit's operation needs."""
 
+    spark: SparkSession
     txn: Any
     actions: Any
     tags: Any
@@ -326,7 +327,9 @@ def stage_on(
             metric.set(amount)
             registered = registered.updated(name, metric)
         txn.registerSQLMetrics(session, registered)
-    return Staged(txn=txn, actions=actions, tags=data.stringTags(), operation=operation)
+    return Staged(
+        spark=spark, txn=txn, actions=actions, tags=data.stringTags(), operation=operation
+    )
 
 
 def _removes(spark: SparkSession, adds: Sequence[str]) -> tuple[Any, int, int]:
@@ -364,7 +367,7 @@ def commit_on(
     checkpoint (not deferred, or this delta-spark's hooks are not where this looks)."""
     before_commit()
     txn = staged.txn
-    deferred = defer_checkpoint and _without_checkpoint_hook(txn)
+    deferred = defer_checkpoint and _without_checkpoint_hook(staged.spark, txn)
     committed = txn.commitIfNeeded(staged.actions, staged.operation(user_metadata), staged.tags)
     if not deferred or not committed.isDefined():
         return None
@@ -373,7 +376,7 @@ def commit_on(
     return version if version != 0 and interval > 0 and version % interval == 0 else None
 
 
-def _without_checkpoint_hook(txn: Any) -> bool:
+def _without_checkpoint_hook(spark: SparkSession, txn: Any) -> bool:
     """Take Delta's ``CheckpointHook`` off the transaction's post-commit hooks (its checkpoint
     then runs only when the caller asks); False, with the hooks unchanged, where this
     delta-spark keeps them elsewhere."""
@@ -381,9 +384,7 @@ def _without_checkpoint_hook(txn: Any) -> bool:
 
     try:
         hooks = txn.postCommitHooks()  # Scala's protected val: public in the bytecode
-        hook = getattr(
-            _class_of(txn, "org.apache.spark.sql.delta.hooks.CheckpointHook$"), "MODULE$"
-        )
+        hook = getattr(_class(spark, "org.apache.spark.sql.delta.hooks.CheckpointHook$"), "MODULE$")
         index = int(hooks.indexOf(hook))
         if index < 0:
             return False
@@ -391,13 +392,6 @@ def _without_checkpoint_hook(txn: Any) -> bool:
     except Py4JError:
         return False
     return True
-
-
-def _class_of(jobject: Any, fqn: str) -> Any:
-    """The JVM class ``fqn``, through the gateway of ``jobject``."""
-    from py4j.java_gateway import JavaClass
-
-    return JavaClass(fqn, jobject._gateway_client)
 
 
 def write_on(
