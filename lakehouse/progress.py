@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -55,10 +56,7 @@ def _tables_sum(targets: Sequence[TargetReport], *, more: bool) -> str:
     if unchanged:
         counts.append(f"{unchanged} unchanged")
     text += ", ".join(counts)
-    phases: dict[str, int] = {}
-    for t in targets:
-        phase = "complete" if t.snapshot_complete else t.phase
-        phases[phase] = phases.get(phase, 0) + 1
+    phases = Counter("complete" if t.snapshot_complete else t.phase for t in targets)
     if list(phases) == ["complete"]:
         text += ", [green]snapshot complete[/]"
     else:

@@ -321,10 +321,12 @@ def session_identity(spark: SparkSession) -> str:
     PySpark hands each ``foreachBatch`` call a new Python object around the streaming query's
     one JVM session, so a cache keyed by the Python object (or its ``id``) would miss in every
     micro-batch (and keep every batch's entry alive)."""
+    from py4j.protocol import Py4JError
+
     jsession: Any = spark._jsparkSession
     try:
         return str(jsession.sessionUUID())
-    except Exception:  # a runtime without Spark's session UUID: the JVM object's identity
+    except Py4JError:  # a runtime without Spark's session UUID: the JVM object's identity
         return f"jvm-{jsession.hashCode()}"
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.delta import _engine
+from lakehouse.delta.log import _first_line
 from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _work() -> None:
                     "more of its log until the next one): %s",
                     uri,
                     due.version,
-                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                    _first_line(e),
                 )
         finally:
             with _cond:
