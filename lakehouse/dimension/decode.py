@@ -19,6 +19,11 @@ of the records left is collected to the driver. Every record yields exactly one 
 * ``_kind = 'error'``: not decodable; ``_error_kind`` and ``_error`` say why. The raw bytes
   are kept, so the record can go to the dead-letter table.
 
+The persisted decode keeps the raw ``key`` and ``value`` only of the records the Python
+decoder read (errors among them); a record the JVM decoded has them NULL, and
+:data:`RAW_HASH`. A plan that refuses such a record (a dead letter) gets its bytes back from
+the batch's source records with :func:`with_raw`.
+
 The decoder is the boundary around per-record code: a record can never fail the batch. An
 exception other than :class:`~lakehouse.errors.CdcDecodeError` is a decoder bug; it is still
 turned into an ``error`` row (kind ``internal_error``, with the exception's text) rather than
@@ -83,6 +88,9 @@ _OUT_FIELDS: Final = (
     "_connect_schema",
 )
 _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
+#: The 64-bit xxHash of a record's raw key and value, in the persisted decode: with the
+#: record's position, it finds the record's bytes among the batch's (:func:`with_raw`).
+RAW_HASH: Final = "_raw_hash"
 
 
 #: The build table's lineage column names, case-folded (a source column may not take one).
@@ -217,12 +225,12 @@ def _complete_batches(
     max_bytes: int,
     schema_texts: Mapping[str, str],
     marks: Mapping[str, str] | None = None,
-    images: Sequence[str] = (),
+    passed: Sequence[str] = (),
 ) -> Any:
     """``mapInArrow`` function: decode in Python the records the JVM left undecoded (NULL
     ``_kind``), in stream order; the records it decoded pass through, moving their table on
-    to their schema as they go (a later record without a schema is read with it), with their
-    typed row-image columns ``images`` (NULL for a record decoded here). ``marks``:
+    to their schema as they go (a later record without a schema is read with it). The columns
+    ``passed`` (the typed row images, NULL for a record decoded here) pass through. ``marks``:
     the schema texts of the JVM's ``_connect_schema`` marks
     (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`). A record decoded here says
     its schema as the JVM says it where it can: ``''`` for its table's schema at the start of
@@ -272,8 +280,8 @@ def _complete_batches(
                 pa.array(columns[n], pa.int64() if n == "_event_time_ms" else pa.string())
                 for n in _OUT_FIELDS
             ]
-            arrays += [batch.column(n) for n in (*_RAW_FIELDS, *images)]
-            yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS, *images])
+            arrays += [batch.column(n) for n in (*_RAW_FIELDS, *passed)]
+            yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS, *passed])
 
     return run
 
@@ -312,10 +320,25 @@ def decode_start(
     """The JVM's decode of the records (:func:`lakehouse.dimension.jvm_decode.decode_fast`),
     **persisted** and not yet computed: a record it cannot decode exactly has a NULL
     ``_kind``, for :func:`decode_rest`. The caller's first job over it (its summary, say)
-    computes it once and tells whether any is left."""
+    computes it once and tells whether any is left.
+
+    Only the records left keep their raw ``key`` and ``value``; every record has
+    :data:`RAW_HASH`, by which :func:`with_raw` gives a decoded record its raw bytes back."""
+    from pyspark.sql import functions as F
+
     if wire.empty:
         wire.learn_texts(_texts(raw.select("key", "value").limit(1).collect()))
-    return decode_fast(raw, wire, max_bytes=max_record_bytes, start=dict(schemas or {})).persist()
+    decoded = decode_fast(raw, wire, max_bytes=max_record_bytes, start=dict(schemas or {}))
+    # the raw text (about 2 kB a record with Connect schemas) is most of a record's size, and
+    # the batch's plans read the decoded columns: it is kept only where Python needs it
+    left = F.col("_kind").isNull()
+    return decoded.withColumns(
+        {
+            RAW_HASH: F.xxhash64("key", "value"),
+            "key": F.when(left, F.col("key")),
+            "value": F.when(left, F.col("value")),
+        }
+    ).persist()
 
 
 def decode_rest(
@@ -346,17 +369,45 @@ def decode_rest(
     )
     from pyspark.sql.types import StructType
 
-    images = image_columns(fast.schema)
+    passed = [*(n for n, _ in image_columns(fast.schema)), RAW_HASH]
     decoded = cast("StructType", StructType.fromDDL(DECODED_DDL))
-    schema = StructType([*decoded.fields, *[fast.schema[n] for n, _ in images]])
-    complete = _complete_batches(
-        max_record_bytes, dict(schemas or {}), wire.marks(), [n for n, _ in images]
-    )
+    schema = StructType([*decoded.fields, *[fast.schema[n] for n in passed]])
+    complete = _complete_batches(max_record_bytes, dict(schemas or {}), wire.marks(), passed)
     done = fast.mapInArrow(complete, schema).persist()
     done.count()
     fast.unpersist()
     wire.learn_texts((_closed(k), _closed(v)) for k, v in seen)
     return done
+
+
+def with_raw(rows: DataFrame, raw: DataFrame) -> DataFrame:
+    """``rows`` of a persisted decode (:func:`decode_start`, :func:`decode_rest`) with their
+    raw ``key`` and ``value``: those they kept, else those of the record of ``raw`` (the
+    source records decoded) at the same position with the same :data:`RAW_HASH`. A record is
+    never lost here (a left join; two equal records at one position are one record of
+    ``raw``). For the rare rows that need it (dead letters): it reads the source again."""
+    from pyspark.sql import functions as F
+
+    on = ["topic", "partition", "offset", RAW_HASH]
+    source = raw.select(
+        "topic",
+        "partition",
+        "offset",
+        F.xxhash64("key", "value").alias(RAW_HASH),
+        F.col("key").alias("_source_key"),
+        F.col("value").alias("_source_value"),
+    ).dropDuplicates(on)
+    kept = F.col("value").isNotNull()
+    return (
+        rows.join(source, on, "left")
+        .withColumns(
+            {
+                "key": F.when(kept, F.col("key")).otherwise(F.col("_source_key")),
+                "value": F.when(kept, F.col("value")).otherwise(F.col("_source_value")),
+            }
+        )
+        .drop("_source_key", "_source_value")
+    )
 
 
 def _closed(prefix: str | None) -> str | None:

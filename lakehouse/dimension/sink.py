@@ -60,7 +60,7 @@ from lakehouse.dimension.batch_signals import (
     routes,
 )
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
-from lakehouse.dimension.decode import decode_rest, decode_start
+from lakehouse.dimension.decode import decode_rest, decode_start, with_raw
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
     EVENT_TIME,
@@ -271,7 +271,16 @@ class BuildSink:
                 cached.callback(decoded.unpersist)
                 summarised = summarise(decoded)
             return self._process_decoded(
-                decoded, summarised, signal_df, signals, looks, batch_id, started, start, cached
+                decoded,
+                summarised,
+                data,
+                signal_df,
+                signals,
+                looks,
+                batch_id,
+                started,
+                start,
+                cached,
             )
 
     # ------------------------------------------------------------------------------ internals
@@ -318,6 +327,7 @@ class BuildSink:
         self,
         decoded: DataFrame,
         summarised: Summary,
+        data: DataFrame,
         signal_df: DataFrame | None,
         signals: BatchSignals,
         looks: Mapping[str, TargetLook],
@@ -328,7 +338,8 @@ class BuildSink:
     ) -> BatchReport:
         """Plan each target and write its rows' files (counted as they are written; a job
         each), write the dead letters, then decide and commit each target. ``summarised``:
-        :func:`summarise` of ``decoded``; ``start_schemas``: the tables' Connect schema texts
+        :func:`summarise` of ``decoded``; ``data``: the source records ``decoded`` is of;
+        ``start_schemas``: the tables' Connect schema texts
         the batch was decoded from; ``cached``: unpersists what this persists, at the batch's
         end."""
         summary, data_ends, groups = summarised
@@ -378,6 +389,7 @@ class BuildSink:
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
         dead_count = self._write_dead_letters(
             decoded,
+            data,
             signal_df,
             signals,
             [p.frames.rejected for p in prepared],
@@ -457,6 +469,7 @@ class BuildSink:
     def _write_dead_letters(
         self,
         decoded: DataFrame,
+        data: DataFrame,
         signal_df: DataFrame | None,
         signals: BatchSignals,
         refused: Sequence[DataFrame | None],
@@ -475,7 +488,8 @@ class BuildSink:
         rejected = [self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)]
         if signals.invalid and signal_df is not None:
             rejected.append(self._invalid_signals(signal_df, signals, batch_id))
-        rejected += [self._dead_letters(frame, batch_id) for frame in refused if frame]
+        # a refused record was decoded, maybe in the JVM, which keeps no raw bytes
+        rejected += [self._dead_letters(with_raw(f, data), batch_id) for f in refused if f]
         dead = rejected[0]
         for extra in rejected[1:]:
             dead = dead.unionByName(extra)

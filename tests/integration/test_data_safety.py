@@ -230,11 +230,15 @@ def test_a_build_change_from_the_far_future_is_dead_lettered_not_a_version(spark
     uri = target.table_uri
     watermark = read_build_channel(uri).event_watermark_ms
     t.advance(3 * 10**12)  # source.ts_ms in the year 2118: a wrong clock
-    report = sink.process(_raw(spark, s.records([t.update({"currency": "C07", "rate": "9"})])), 1)
+    records = s.records([t.update({"currency": "C07", "rate": "9"})])
+    report = sink.process(_raw(spark, records), 1)
     assert report.targets[0].rows == 0 and report.dead_lettered == 1
     dead = delta.read(spark, str(tmp_path / "dlq")).collect()
     assert [d._error_kind for d in dead] == ["future_event_time"]
     assert "max_future_ms" in dead[0]._error
+    # decoded in the JVM, which keeps no raw bytes: the dead letter has the record's own
+    ((_, _, offset, key, value, _),) = records
+    assert (dead[0]._offset, dead[0]._raw_key, dead[0]._raw_value) == (offset, key, value)
     assert read_build_channel(uri).event_watermark_ms == watermark  # it did not move
 
 
