@@ -5,9 +5,10 @@ Python per record.
 :data:`lakehouse.dimension.decode.DECODED_DDL`, and after them a typed row-image column per
 known schema (:func:`image_columns`), where a record it decodes has its row image. A record
 whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":`` exactly
-as ``JsonConverter`` writes it, see :class:`WireSchemas`) is parsed with its schema's wire
-type (:mod:`lakehouse.cdc.wire`) and converted in Spark SQL; it is decoded there only if the
-JVM is sure to give exactly what the Python decoder gives:
+as ``JsonConverter`` writes it, see :class:`WireSchemas`) has its payload parsed with its
+schema's wire type (:mod:`lakehouse.cdc.wire`), from the byte after that prefix (the schema,
+most of the record's text, is matched, not parsed again), and converted in Spark SQL; it is
+decoded there only if the JVM is sure to give exactly what the Python decoder gives:
 
 * the text is what ``to_json`` writes of the parsed payload: every field the schema names,
   in its order, nothing else, no duplicate key, no trailing text, each value of its wire type
@@ -71,11 +72,9 @@ MAX_KNOWN: Final = 256
 MAX_MARKS: Final = 8 * MAX_KNOWN
 
 _RESERVED: Final = frozenset(c.casefold() for c in LINEAGE_COLUMNS)
-_JSON_OPTIONS: Final = {
-    "mode": "PERMISSIVE",
-    "columnNameOfCorruptRecord": "_corrupt",
-    "allowNonNumericNumbers": "false",
-}
+_JSON_OPTIONS: Final = {"mode": "PERMISSIVE", "allowNonNumericNumbers": "false"}
+#: ``substring``'s length up to the end (SQL's own default)
+_TO_END: Final = 2**31 - 1
 _ROW_JSON_OPTIONS: Final = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timeZone": "UTC",
@@ -164,39 +163,43 @@ def _compile_value(schema: str) -> WireEnvelope | None:
     return compile_value(schema, reserved=_RESERVED)
 
 
-def _from_json(text: Column, payload_type: dict[str, Any]) -> Column:
+def _from_json(payload: Column, payload_type: dict[str, Any]) -> Column:
+    """The payload parsed from its text (a record's :func:`_tail`). Text after the payload
+    (the record's closing brace) is not read; :func:`_canonical` checks all of it."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    wrapper = StructType.fromJson(
-        {
-            "type": "struct",
-            "fields": [
-                {"name": "payload", "type": payload_type, "nullable": True, "metadata": {}},
-                {"name": "_corrupt", "type": "string", "nullable": True, "metadata": {}},
-            ],
-        }
-    )
-    return F.from_json(text, wrapper, _JSON_OPTIONS)
+    return F.from_json(payload, StructType.fromJson(payload_type), _JSON_OPTIONS)
+
+
+def _tail(raw: str, known: Sequence[str], by: Column) -> Column:
+    """The text of a record (column ``raw``, bytes) after its known schema's prefix (the
+    prefix ``known[by]``, which it starts with): its payload and closing brace. Parsed from
+    there, the record's schema (most of its text) is not read again."""
+    from pyspark.sql import functions as F
+
+    if not known:
+        return F.lit(None).cast("string")
+    start = F.when(by == 0, F.lit(len(known[0].encode("utf-8")) + 1))
+    for i, prefix in enumerate(known[1:], start=1):
+        start = start.when(by == i, F.lit(len(prefix.encode("utf-8")) + 1))
+    return F.col(raw).substr(start, F.lit(_TO_END)).cast("string")
 
 
 def _written_back(parsed: Column) -> Column:
     """The parsed payload written back as JSON, and the wrapper's closing brace."""
     from pyspark.sql import functions as F
 
-    return F.concat(F.to_json(parsed["payload"], {"ignoreNullFields": "false"}), F.lit("}"))
+    return F.concat(F.to_json(parsed, {"ignoreNullFields": "false"}), F.lit("}"))
 
 
-def _canonical(text: Column, prefix: str, parsed: Column, written: Column) -> Column:
-    """The text is exactly ``prefix`` (known: the record starts with it) + ``written`` (the
-    parsed payload written back, :func:`_written_back`): compared in place, not copied."""
-    from pyspark.sql import functions as F
-
-    size = len(prefix.encode("utf-8"))
+def _canonical(tail: Column, written: Column) -> Column:
+    """The record's text after its schema's prefix (:func:`_tail`) is exactly ``written``
+    (the parsed payload written back, :func:`_written_back`): nothing the parse skipped,
+    coerced or stopped at (malformed text, text after the payload) can differ, and the
+    record is what ``to_json`` of its decoded payload gives."""
     return (
-        parsed["_corrupt"].isNull()
-        & (F.octet_length(text) == F.octet_length(written) + size)
-        & text.endswith(written)
+        (tail == written)
         # a \uD800-\uDFFF escape makes the text differ from what Jackson writes back; this
         # holds also if a Jackson version wrote a lone surrogate as its escape
         & ~_surrogate(written)
@@ -427,7 +430,7 @@ def _value_output(
     record exactly, and its typed row-image columns (by name, see :func:`image_columns`)."""
     from pyspark.sql import functions as F
 
-    payload = F.col(f"_v{i}")["payload"]
+    payload = F.col(f"_v{i}")
     op = payload["op"]
     source = payload["source"] if envelope.source_fields else F.lit(None)
     source_fields = envelope.source_fields
@@ -525,7 +528,7 @@ def _images(
 def _key_output(j: int, key: WireKey) -> tuple[dict[str, Column], Column]:
     from pyspark.sql import functions as F
 
-    payload = F.col(f"_k{j}")["payload"]
+    payload = F.col(f"_k{j}")
     row, fits = _image(key.image, payload, _converted(f"_k{j}k", key.image), as_json=True)
     ok = F.col(f"_k{j}canonical") & payload.isNotNull() & fits
     fields = {"_key_json": row, "_key_columns": F.lit(key.image.row_columns)}
@@ -609,12 +612,11 @@ def _decode_steps(
     def select(*columns: Any) -> None:
         steps.append(("select", columns))
 
+    select(*_RAW, sid.alias("_sid"), kid.alias("_kid"))
     select(
-        *_RAW,
-        text.alias("_text"),
-        sid.alias("_sid"),
-        key_text.alias("_key_text"),
-        kid.alias("_kid"),
+        "*",
+        _tail("value", [p for p, _ in values], F.col("_sid")).alias("_tail"),
+        _tail("key", [p for p, _ in keys], F.col("_kid")).alias("_key_tail"),
     )
     # Each step is a projection of its own, so that each parse runs once per record, only for
     # the records of its schema. A parse (from_json) is evaluated outside Spark's generated
@@ -624,21 +626,21 @@ def _decode_steps(
     select(
         "*",
         *[
-            F.when(F.col("_sid") == i, _from_json(F.col("_text"), w.payload_type)).alias(f"_v{i}")
+            F.when(F.col("_sid") == i, _from_json(F.col("_tail"), w.payload_type)).alias(f"_v{i}")
             for i, (_, w) in enumerate(values)
         ],
     )
     select(
         "*",
         *[
-            _chosen(F.col(f"_v{i}")["payload"]).alias(f"_v{i}image")
+            _chosen(F.col(f"_v{i}")).alias(f"_v{i}image")
             for i, (_, w) in enumerate(values)
             if w.same_images
         ],
     )
     converted: list[Column] = []
     for i, (_, w) in enumerate(values):
-        payload = F.col(f"_v{i}")["payload"]
+        payload = F.col(f"_v{i}")
         converted.append(_written_back(F.col(f"_v{i}")).alias(f"_v{i}written"))
         if w.same_images and w.after is not None:
             converted += _conversions(f"_v{i}i", w.after, F.col(f"_v{i}image"))
@@ -655,10 +657,10 @@ def _decode_steps(
     select(
         "*",
         *[
-            _canonical(F.col("_text"), prefix, F.col(f"_v{i}"), F.col(f"_v{i}written")).alias(
+            F.when(F.col("_sid") == i, _canonical(F.col("_tail"), F.col(f"_v{i}written"))).alias(
                 f"_v{i}canonical"
             )
-            for i, (prefix, _) in enumerate(values)
+            for i in range(len(values))
         ],
     )
     sid, kid = F.col("_sid"), F.col("_kid")
@@ -673,19 +675,19 @@ def _decode_steps(
     select(
         "*",
         *[
-            F.when(F.col("_kid") == j, _from_json(F.col("_key_text"), k.key_type)).alias(f"_k{j}")
+            F.when(F.col("_kid") == j, _from_json(F.col("_key_tail"), k.key_type)).alias(f"_k{j}")
             for j, (_, k) in enumerate(keys)
         ],
     )
     converted = []
-    for j, (prefix, k) in enumerate(keys):
+    for j, (_, k) in enumerate(keys):
         parsed = F.col(f"_k{j}")
         converted.append(
-            _canonical(F.col("_key_text"), prefix, parsed, _written_back(parsed)).alias(
+            F.when(F.col("_kid") == j, _canonical(F.col("_key_tail"), _written_back(parsed))).alias(
                 f"_k{j}canonical"
             )
         )
-        converted += _conversions(f"_k{j}k", k.image, parsed["payload"])
+        converted += _conversions(f"_k{j}k", k.image, parsed)
     select("*", *converted)
     key_outputs = [_key_output(j, k) for j, (_, k) in enumerate(keys)]
     no_key = (
