@@ -117,7 +117,8 @@ def expected_kind(
     A recorded kind must be ``expected``. A table without one is refused only where a build
     table is read: a build table records its kind from its creation on, except after a crash
     between the creation's two commits, which the job that ``writes`` it (the ingest)
-    finishes; an output, pending or dead-letter table created before kinds were recorded has
+    finishes (:func:`check_kind` lets a table in that state pass: its first commit says it is
+    being created, :data:`lakehouse.delta.META_CREATING`); an output, pending or dead-letter table created before kinds were recorded has
     none, and gets it with its next write.
     """
     kind = kind_of(properties)
@@ -167,6 +168,10 @@ def check_kind(
                 setting=setting,
             )
         return
+    if kind_of(look.properties) is None and look.version == 0:
+        first = look.commit(0)
+        if first is not None and delta.META_CREATING in first.metadata:
+            return  # lakehouse's creation between its two commits: its writer finishes it
     refusal = expected_kind(uri, look.properties, expected, setting=setting, writes=writes)
     if refusal is not None:
         raise ConfigError(refusal, setting=setting)

@@ -13,6 +13,7 @@ from lakehouse.delta.ddl import create_table as create_table
 from lakehouse.delta.ddl import local_path as local_path
 from lakehouse.delta.ddl import set_properties as set_properties
 from lakehouse.delta.ddl import widen_columns as widen_columns
+from lakehouse.delta.log import META_CREATING as META_CREATING
 from lakehouse.delta.log import META_OPERATION as META_OPERATION
 from lakehouse.delta.log import META_REASON as META_REASON
 from lakehouse.delta.log import NAMESPACE as NAMESPACE

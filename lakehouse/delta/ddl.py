@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.delta.log import (
     _USER_METADATA_CONF,
+    META_CREATING,
     Metadata,
     _after_write,
     _session,
@@ -109,7 +110,9 @@ def create_table(
     ``_delta_log/`` a process killed inside its first commit leaves behind) is refused by
     Delta's ``CREATE TABLE``. There the table is created by an empty write, and the properties
     follow in a second commit: a crash between the two leaves a table without them, which the
-    next ``create_table(exist_ok=True)`` completes. Keys the table has are never changed.
+    next ``create_table(exist_ok=True)`` completes. Keys the table has are never changed. The
+    first commit's metadata has :data:`~lakehouse.delta.log.META_CREATING`: a reader that
+    finds the table without its properties tells a creation under way from a foreign table.
 
     Raises:
         SchemaMismatchError: ``exist_ok`` and the existing table lacks a column or types differ.
@@ -141,7 +144,9 @@ def create_table(
         if not any(cls in str(e) for cls in _NOT_A_TABLE_YET):
             raise
         writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
-        text = _user_metadata(metadata)
+        # a reader that finds the table between the two commits knows it is being created
+        creating = {META_CREATING: "properties follow"} if properties else {}
+        text = _user_metadata({**(metadata or {}), **creating})
         if text is not None:
             writer = writer.option("userMetadata", text)
         writer.save(uri)

@@ -37,6 +37,9 @@ NAMESPACE = "lakehouse."
 META_REASON = NAMESPACE + "reason"
 #: Commit metadata: the maintenance operation of a commit (``compact``, ``vacuum``).
 META_OPERATION = NAMESPACE + "operation"
+#: Commit metadata of the first of a creation's two commits (an empty write; the properties
+#: follow, see :func:`lakehouse.delta.create_table`): its table is being created.
+META_CREATING = NAMESPACE + "creating"
 
 log = logging.getLogger("lakehouse.delta")
 

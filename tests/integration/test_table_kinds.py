@@ -176,3 +176,39 @@ def test_sql_names_a_missing_location_and_a_table_not_written_yet(tables):
     typo = lakehouse_command("sql", "-c", cfg, "SELECT * FROM enriched_typo")
     assert typo.returncode == 2 and "the tables are enriched" in typo.stderr, typo.stderr
     assert "dead2" not in typo.stderr and "pending2" not in typo.stderr, typo.stderr
+
+
+def test_a_build_table_between_the_two_commits_of_its_creation_is_not_a_foreign_table(
+    spark, tmp_path, monkeypatch
+):
+    """A join started beside the ingest's first batch may look at the build table between
+    the two commits of its creation (an empty write, then its properties, because the
+    location holds the writer's lease): that table is being created, not a foreign one."""
+    from pyspark.sql.types import StructType
+
+    from lakehouse.delta import ddl
+    from lakehouse.errors import ConfigError
+    from lakehouse.table_kinds import TableKind, check_kind
+
+    schema = StructType.fromDDL("k string")
+    creating, foreign = tmp_path / "rates", str(tmp_path / "foreign")
+    (creating / "_lakehouse").mkdir(parents=True)
+    (creating / "_lakehouse" / "lease.json").write_text("{}")
+
+    def interrupted(*args, **kwargs):
+        raise RuntimeError("stopped between the two commits")
+
+    with monkeypatch.context() as m:
+        m.setattr(ddl, "set_properties", interrupted)
+        with pytest.raises(RuntimeError, match="between the two commits"):
+            delta.create_table(str(creating), schema, properties={PROP_TABLE_KIND: "build"})
+    assert delta.latest_version(str(creating)) == 0
+    assert PROP_TABLE_KIND not in delta.get_properties(str(creating))
+    check_kind(str(creating), TableKind.BUILD, setting="join.build_table")
+    # an empty table lakehouse did not create is refused as before
+    spark.createDataFrame([], schema).write.format("delta").save(foreign)
+    with pytest.raises(ConfigError, match="without a lakehouse kind"):
+        check_kind(foreign, TableKind.BUILD, setting="join.build_table")
+    # the ingest's next start finishes the creation
+    delta.create_table(str(creating), schema, properties={PROP_TABLE_KIND: "build"}, exist_ok=True)
+    assert delta.get_properties(str(creating))[PROP_TABLE_KIND] == "build"
