@@ -118,8 +118,8 @@ def expected_kind(
     table is read: a build table records its kind from its creation on, except after a crash
     between the creation's two commits, which the job that ``writes`` it (the ingest)
     finishes (:func:`check_kind` lets a table in that state pass: its first commit says it is
-    being created, :data:`lakehouse.delta.META_CREATING`); an output, pending or dead-letter table created before kinds were recorded has
-    none, and gets it with its next write.
+    being created, :data:`lakehouse.delta.META_CREATING`); an output, pending or dead-letter
+    table created before kinds were recorded has none, and gets it with its next write.
     """
     kind = kind_of(properties)
     if kind is expected or (kind is None and (writes or expected is not TableKind.BUILD)):
