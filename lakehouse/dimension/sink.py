@@ -339,9 +339,8 @@ class BuildSink:
         """Plan each target and write its rows' files (counted as they are written; a job
         each), write the dead letters, then decide and commit each target. ``summarised``:
         :func:`summarise` of ``decoded``; ``data``: the source records ``decoded`` is of;
-        ``start_schemas``: the tables' Connect schema texts
-        the batch was decoded from; ``cached``: unpersists what this persists, at the batch's
-        end."""
+        ``start_schemas``: the tables' Connect schema texts the batch was decoded from;
+        ``cached``: unpersists what this persists, at the batch's end."""
         summary, data_ends, groups = summarised
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
         kinds, errors_by_kind = count_kinds(summary)
