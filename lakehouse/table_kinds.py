@@ -168,7 +168,8 @@ def check_kind(
                 setting=setting,
             )
         return
-    if kind_of(look.properties) is None and look.version == 0:
+    refused_if_kindless = expected is TableKind.BUILD and not writes
+    if refused_if_kindless and kind_of(look.properties) is None and look.version == 0:
         first = look.commit(0)
         if first is not None and delta.META_CREATING in first.metadata:
             return  # lakehouse's creation between its two commits: its writer finishes it
