@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 #: The table's kind: a :class:`TableKind` value.
 PROP_TABLE_KIND: Final = "lakehouse.tableKind"
@@ -168,11 +168,18 @@ def check_kind(
                 setting=setting,
             )
         return
-    refused_if_kindless = expected is TableKind.BUILD and not writes
-    if refused_if_kindless and kind_of(look.properties) is None and look.version == 0:
-        first = look.commit(0)
-        if first is not None and delta.META_CREATING in first.metadata:
-            return  # lakehouse's creation between its two commits: its writer finishes it
     refusal = expected_kind(uri, look.properties, expected, setting=setting, writes=writes)
-    if refusal is not None:
+    if refusal is not None and not _being_created(look):
         raise ConfigError(refusal, setting=setting)
+
+
+def _being_created(look: Any) -> bool:
+    """Whether the table is lakehouse's creation between its two commits (no properties
+    yet; its first commit says so, :data:`lakehouse.delta.META_CREATING`): its writer
+    finishes it."""
+    from lakehouse import delta
+
+    if kind_of(look.properties) is not None or look.version != 0:
+        return False
+    first = look.commit(0)
+    return first is not None and delta.META_CREATING in first.metadata
