@@ -197,7 +197,8 @@ def _canonical(tail: Column, written: Column) -> Column:
     """The record's text after its schema's prefix (:func:`_tail`) is exactly ``written``
     (the parsed payload written back, :func:`_written_back`): nothing the parse skipped,
     coerced or stopped at (malformed text, text after the payload) can differ, and the
-    record is what ``to_json`` of its decoded payload gives."""
+    record is what ``to_json`` of its decoded payload gives. NULL for a record of another
+    schema (its ``written`` is NULL), as each schema's parse is."""
     return (
         (tail == written)
         # a \uD800-\uDFFF escape makes the text differ from what Jackson writes back; this
@@ -657,9 +658,7 @@ def _decode_steps(
     select(
         "*",
         *[
-            F.when(F.col("_sid") == i, _canonical(F.col("_tail"), F.col(f"_v{i}written"))).alias(
-                f"_v{i}canonical"
-            )
+            _canonical(F.col("_tail"), F.col(f"_v{i}written")).alias(f"_v{i}canonical")
             for i in range(len(values))
         ],
     )
@@ -683,9 +682,7 @@ def _decode_steps(
     for j, (_, k) in enumerate(keys):
         parsed = F.col(f"_k{j}")
         converted.append(
-            F.when(F.col("_kid") == j, _canonical(F.col("_key_tail"), _written_back(parsed))).alias(
-                f"_k{j}canonical"
-            )
+            _canonical(F.col("_key_tail"), _written_back(parsed)).alias(f"_k{j}canonical")
         )
         converted += _conversions(f"_k{j}k", k.image, parsed)
     select("*", *converted)
