@@ -49,6 +49,7 @@ from lakehouse.cdc import (
 from lakehouse.cdc import row_to_json as _row_to_json
 from lakehouse.dimension.jvm_decode import (
     MAX_KNOWN,
+    RAW_HASH,
     WireSchemas,
     decode_fast,
     image_columns,
@@ -88,9 +89,6 @@ _OUT_FIELDS: Final = (
     "_connect_schema",
 )
 _RAW_FIELDS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
-#: The 64-bit xxHash of a record's raw key and value, in the persisted decode: with the
-#: record's position, it finds the record's bytes among the batch's (:func:`with_raw`).
-RAW_HASH: Final = "_raw_hash"
 
 
 #: The build table's lineage column names, case-folded (a source column may not take one).
@@ -324,21 +322,12 @@ def decode_start(
 
     Only the records left keep their raw ``key`` and ``value``; every record has
     :data:`RAW_HASH`, by which :func:`with_raw` gives a decoded record its raw bytes back."""
-    from pyspark.sql import functions as F
-
     if wire.empty:
         wire.learn_texts(_texts(raw.select("key", "value").limit(1).collect()))
-    decoded = decode_fast(raw, wire, max_bytes=max_record_bytes, start=dict(schemas or {}))
     # the raw text (about 2 kB a record with Connect schemas) is most of a record's size, and
-    # the batch's plans read the decoded columns: it is kept only where Python needs it
-    left = F.col("_kind").isNull()
-    return decoded.withColumns(
-        {
-            RAW_HASH: F.xxhash64("key", "value"),
-            "key": F.when(left, F.col("key")),
-            "value": F.when(left, F.col("value")),
-        }
-    ).persist()
+    # the batch's plans read the decoded columns: decode_fast keeps it only where Python
+    # needs it
+    return decode_fast(raw, wire, max_bytes=max_record_bytes, start=dict(schemas or {})).persist()
 
 
 def decode_rest(

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IMAGE_PREFIX",
     "MAX_KNOWN",
+    "RAW_HASH",
     "WireSchemas",
     "decode_fast",
     "image_columns",
@@ -64,6 +65,10 @@ __all__ = [
     "schema_mark",
 ]
 
+#: The 64-bit xxHash of a record's raw key and value, in the decode: with the record's
+#: position, it finds the record's bytes among the batch's
+#: (:func:`lakehouse.dimension.decode.with_raw`).
+RAW_HASH: Final = "_raw_hash"
 #: The typed row-image columns' names start with this (:func:`image_columns`).
 IMAGE_PREFIX: Final = "_image"
 #: Schemas known at most, each of values and of keys (one ``from_json`` branch each).
@@ -184,6 +189,20 @@ def _tail(raw: str, known: Sequence[str], by: Column) -> Column:
     for i, prefix in enumerate(known[1:], start=1):
         start = start.when(by == i, F.lit(len(prefix.encode("utf-8")) + 1))
     return F.col(raw).substr(start, F.lit(_TO_END)).cast("string")
+
+
+def _whole(raw: str, known: Sequence[str], by: Column, tail: str) -> Column:
+    """A record's raw bytes (column ``raw``) where they were kept, else put together again
+    from its known schema's prefix (``known[by]``) and its :func:`_tail`: the same bytes (a
+    cast between binary and string keeps every byte)."""
+    from pyspark.sql import functions as F
+
+    if not known:
+        return F.col(raw)
+    prefix = F.when(by == 0, F.lit(known[0].encode("utf-8")))
+    for i, text in enumerate(known[1:], start=1):
+        prefix = prefix.when(by == i, F.lit(text.encode("utf-8")))
+    return F.coalesce(F.col(raw), F.concat(prefix, F.col(tail).cast("binary")))
 
 
 def _written_back(parsed: Column) -> Column:
@@ -556,7 +575,10 @@ def decode_fast(
     :func:`schema_mark` of it (the Python pass says the schemas of the records it decodes the
     same way where it can). ``observation``: receives ``jvm_values``, the records whose value
     the JVM decoded, once the result is computed. The projections are built once per set of
-    known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`)."""
+    known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`).
+
+    Only the records left to Python (NULL ``_kind``, not tombstones) keep their raw ``key``
+    and ``value``, byte for byte; every record has :data:`RAW_HASH` of them."""
     from pyspark.sql import Observation
 
     # in the order of their text, not of their use: the set, not the order in which the
@@ -613,11 +635,34 @@ def _decode_steps(
     def select(*columns: Any) -> None:
         steps.append(("select", columns))
 
-    select(*_RAW, sid.alias("_sid"), kid.alias("_kid"))
+    tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
+    no_key = (
+        F.col("key").isNull() | (F.octet_length("key") == 0) | (F.octet_length("key") > max_bytes)
+    )
     select(
-        "*",
-        _tail("value", [p for p, _ in values], F.col("_sid")).alias("_tail"),
-        _tail("key", [p for p, _ in keys], F.col("_kid")).alias("_key_tail"),
+        *_RAW,
+        sid.alias("_sid"),
+        kid.alias("_kid"),
+        F.xxhash64("key", "value").alias(RAW_HASH),
+        tombstone.alias("_tombstone"),
+        no_key.alias("_no_key"),
+    )
+    value_prefixes, key_prefixes = [p for p, _ in values], [p for p, _ in keys]
+    # A record of a known schema is its schema's prefix and its tail: from here on only the
+    # tail is carried (each projection copies every column it passes on, and the schema is
+    # most of a record's text); the raw bytes are put together again only for the records
+    # left to Python (below)
+    select(
+        *[c for c in _RAW if c not in ("key", "value")],
+        "_sid",
+        "_kid",
+        RAW_HASH,
+        "_tombstone",
+        "_no_key",
+        F.when(F.col("_sid").isNull(), F.col("value")).alias("value"),
+        F.when(F.col("_kid").isNull(), F.col("key")).alias("key"),
+        _tail("value", value_prefixes, F.col("_sid")).alias("_tail"),
+        _tail("key", key_prefixes, F.col("_kid")).alias("_key_tail"),
     )
     # Each step is a projection of its own, so that each parse runs once per record, only for
     # the records of its schema. A parse (from_json) is evaluated outside Spark's generated
@@ -687,21 +732,13 @@ def _decode_steps(
         converted += _conversions(f"_k{j}k", k.image, parsed)
     select("*", *converted)
     key_outputs = [_key_output(j, k) for j, (_, k) in enumerate(keys)]
-    no_key = (
-        F.col("key").isNull() | (F.octet_length("key") == 0) | (F.octet_length("key") > max_bytes)
-    )
-    key_ok = no_key | F.coalesce(
+    key_ok = F.col("_no_key") | F.coalesce(
         *[F.when(kid == j, ok) for j, (_, ok) in enumerate(key_outputs)], F.lit(False)
     )
-    tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
     # whether a record is decoded here, once per record; then each field of its schema's
-    select(
-        "*",
-        (F.col("_value_ok") & key_ok & ~tombstone).alias("_fast"),
-        tombstone.alias("_tombstone"),
-        no_key.alias("_no_key"),
-    )
+    select("*", (F.col("_value_ok") & key_ok & ~F.col("_tombstone")).alias("_fast"))
     fast = F.col("_fast")
+    left = ~F.col("_tombstone") & ~fast
 
     def field(name: str, outputs: list[tuple[dict[str, Column], Column]], by: Column) -> Column:
         picked = [F.when(by == n, fields[name]) for n, (fields, _) in enumerate(outputs)]
@@ -734,7 +771,10 @@ def _decode_steps(
         F.when(fast, field("_connect_schema", value_outputs, sid))
         .cast("string")
         .alias("_connect_schema"),
-        *_RAW,
+        F.when(left, _whole("key", key_prefixes, kid, "_key_tail")).alias("key"),
+        F.when(left, _whole("value", value_prefixes, sid, "_tail")).alias("value"),
+        *[c for c in _RAW if c not in ("key", "value")],
+        RAW_HASH,
         *[
             F.when(fast & (sid == i), image).alias(name)
             for i, (_, _, images) in enumerate(value_decoded)

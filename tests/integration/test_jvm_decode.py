@@ -170,6 +170,9 @@ def _three_ways(spark: Any, records: Sequence[Record], start: Mapping[str, str])
     schemas = {**start, **wire.marks()}  # what a mark names: a table's start schema, or a hash
     fast = _rows(decode_fast(raw, wire, max_bytes=MAX_BYTES, start=start))
     _assert_same(spark, fast, want, "jvm", records, schemas)
+    # a record left to Python has its own bytes, whether kept or put together again
+    left = [(i, r["key"], r["value"]) for i, r in enumerate(fast) if r["_kind"] is None]
+    assert left == [(i, *records[i]) for i, _, _ in left]
     decoded = decode_raw(raw, max_record_bytes=MAX_BYTES, schemas=start, wire=wire)
     try:
         both = _rows(decoded)
