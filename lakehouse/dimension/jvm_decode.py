@@ -94,8 +94,9 @@ _ZONED: Final = (
 )
 
 
-#: One step of the decode: a projection (``select``), or a metric collected there
-#: (``records``, ``jvm_values``; each a new :class:`~pyspark.sql.Observation` per batch).
+#: One step of the decode: a projection (``select``; in :attr:`WireSchemas.plan`, its columns
+#: as one JVM ``Seq``), or a metric collected there (``records``, ``jvm_values``; each a new
+#: :class:`~pyspark.sql.Observation` per batch).
 _Step = tuple[str, tuple[Any, ...]]
 
 
@@ -585,24 +586,41 @@ def decode_fast(
     # batches' records used the schemas, decides when the projections are built again
     values = sorted(((p, w) for p, w in wire.values.items() if w is not None), key=_first)
     keys = sorted(((p, k) for p, k in wire.keys.items() if k is not None), key=_first)
-    shape = (
+    shape: tuple[Any, ...] = (
         tuple(p for p, _ in values),
         tuple(p for p, _ in keys),
         max_bytes,
         tuple(tuple(sorted(t for t, text in start.items() if text == w.text)) for _, w in values),
     )
+    # the JVM objects of the projections belong to the gateway (a stopped and restarted
+    # SparkContext has a new one)
+    shape = (*shape, raw.sparkSession.sparkContext._gateway)
     if wire.plan is None or wire.plan[0] != shape:
         # built once per set of known schemas, not per batch: thousands of py4j calls
-        wire.plan = (shape, _decode_steps(values, keys, max_bytes=max_bytes, start=start))
-    df = raw
+        steps = _decode_steps(values, keys, max_bytes=max_bytes, start=start)
+        wire.plan = (shape, _in_jvm(raw, steps))
+    # each projection is one call (a select of Python columns is a call per column)
+    jdf, session = raw._jdf, raw.sparkSession
     for kind, columns in wire.plan[1]:
         if kind == "select":
-            df = df.select(*columns)
-        elif kind == "jvm_values" and observation is not None:
-            df = df.observe(observation, *columns)
-        else:
-            df = df.observe(Observation(), *columns)
-    return df
+            jdf = jdf.select(columns)
+            continue
+        metric = Observation()
+        if kind == "jvm_values" and observation is not None:
+            metric = observation
+        jdf = type(raw)(jdf, session).observe(metric, *columns)._jdf
+    return type(raw)(jdf, session)
+
+
+def _in_jvm(raw: DataFrame, steps: tuple[_Step, ...]) -> tuple[_Step, ...]:
+    """``steps`` with each projection's columns as one JVM ``Seq``, made once."""
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    sc = raw.sparkSession.sparkContext
+    return tuple(
+        (kind, _to_seq(sc, [_to_java_column(c) for c in columns]) if kind == "select" else columns)
+        for kind, columns in steps
+    )
 
 
 def _decode_steps(
