@@ -7,7 +7,8 @@ known schema (:func:`image_columns`), where a record it decodes has its row imag
 whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":`` exactly
 as ``JsonConverter`` writes it, see :class:`WireSchemas`) has its payload parsed with its
 schema's wire type (:mod:`lakehouse.cdc.wire`), from the byte after that prefix (the schema,
-most of the record's text, is matched, not parsed again), and converted in Spark SQL; it is
+most of the record's text, is matched, not parsed again), and converted in Spark SQL
+(:mod:`lakehouse.dimension.jvm_values`); it is
 decoded there only if the JVM is sure to give exactly what the Python decoder gives:
 
 * the text is what ``to_json`` writes of the parsed payload: every field the schema names,
@@ -38,8 +39,6 @@ from lakehouse.cdc.decode import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 from lakehouse.cdc.models import SNAPSHOT_PHASES
 from lakehouse.cdc.seq import SEQ_COMPONENT_WIDTH
 from lakehouse.cdc.wire import (
-    MAX_FAST_DECIMAL_BYTES,
-    Conversion,
     ImagePlan,
     WireEnvelope,
     WireKey,
@@ -47,6 +46,7 @@ from lakehouse.cdc.wire import (
     compile_value,
     schema_prefix,
 )
+from lakehouse.dimension.jvm_values import convert
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
 
 if TYPE_CHECKING:
@@ -84,14 +84,6 @@ _ROW_JSON_OPTIONS: Final = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timeZone": "UTC",
 }
-_MIN_MICROS: Final = MIN_EVENT_TIME_MS * 1000
-_MAX_MICROS: Final = MAX_EVENT_TIME_MS * 1000 + 999
-_MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31
-_BASE64: Final = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-_ZONED: Final = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
-    r"[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-5][0-9])$"
-)
 
 
 #: One step of the decode: a projection (``select``; in :attr:`WireSchemas.plan`, its columns
@@ -186,9 +178,7 @@ def _tail(raw: str, known: Sequence[str], by: Column) -> Column:
 
     if not known:
         return F.lit(None).cast("string")
-    start = F.when(by == 0, F.lit(len(known[0].encode("utf-8")) + 1))
-    for i, prefix in enumerate(known[1:], start=1):
-        start = start.when(by == i, F.lit(len(prefix.encode("utf-8")) + 1))
+    start = _by_schema(by, [len(prefix.encode("utf-8")) + 1 for prefix in known])
     return F.col(raw).substr(start, F.lit(_TO_END)).cast("string")
 
 
@@ -200,10 +190,18 @@ def _whole(raw: str, known: Sequence[str], by: Column, tail: str) -> Column:
 
     if not known:
         return F.col(raw)
-    prefix = F.when(by == 0, F.lit(known[0].encode("utf-8")))
-    for i, text in enumerate(known[1:], start=1):
-        prefix = prefix.when(by == i, F.lit(text.encode("utf-8")))
+    prefix = _by_schema(by, [text.encode("utf-8") for text in known])
     return F.coalesce(F.col(raw), F.concat(prefix, F.col(tail).cast("binary")))
+
+
+def _by_schema(by: Column, literals: Sequence[Any]) -> Column:
+    """``literals[by]``: the literal of a record's known schema (NULL for none)."""
+    from pyspark.sql import functions as F
+
+    picked = F.when(by == 0, F.lit(literals[0]))
+    for i, literal in enumerate(literals[1:], start=1):
+        picked = picked.when(by == i, F.lit(literal))
+    return picked
 
 
 def _written_back(parsed: Column) -> Column:
@@ -229,78 +227,6 @@ def _canonical(tail: Column, written: Column) -> Column:
 
 def _in(value: Column, lo: int, hi: int) -> Column:
     return value.isNull() | value.between(lo, hi)
-
-
-def _convert(w: Column, conversion: Conversion) -> Column:
-    """The column's value of a wire value ``w``, or NULL when the JVM does not convert it
-    exactly (so a non-NULL ``w`` with a NULL value leaves the record to Python). Every
-    conversion is guarded by its check, so no value can raise (ANSI mode)."""
-    from pyspark.sql import functions as F
-
-    if conversion == "same":
-        return w
-    if conversion == "base64":
-        # the pattern leaves both decoders the same bytes (neither checks the unused bits)
-        return F.when(w.rlike(_BASE64), F.unbase64(w))
-    if conversion == "date":
-        return F.when(w.between(_MIN_DAY, _MAX_DAY), F.date_from_unix_date(w))
-    if conversion == "ts_millis":
-        return F.when(w.between(MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS), F.timestamp_millis(w))
-    if conversion == "ts_micros":
-        return F.when(w.between(_MIN_MICROS, _MAX_MICROS), F.timestamp_micros(w))
-    if conversion == "ts_nanos":
-        return F.timestamp_micros(_floor_1000(w))  # every long fits after the division
-    if conversion == "time_millis":
-        limit = (2**63 - 1) // 1000
-        return F.when(w.between(-limit, limit), w.cast("long") * 1000)
-    if conversion == "time_nanos":
-        return _floor_1000(w)
-    if conversion == "zoned":
-        return _zoned(w)
-    _, precision, scale = conversion
-    return _decimal(w, precision, scale)
-
-
-def _floor_1000(w: Column) -> Column:
-    """``w // 1000`` rounding down, as Python's ``//`` does (exact: in decimal, not double)."""
-    from pyspark.sql import functions as F
-
-    return F.floor(w.cast("decimal(20,0)") / F.lit(1000)).cast("long")
-
-
-def _zoned(w: Column) -> Column:
-    """ISO-8601 with an offset, as Debezium writes a ``ZonedTimestamp``; the fraction cut
-    to microseconds (not rounded), as the Python decoder does. The first and the last day of
-    years 1 to 9999 are left to Python (an offset can move them out of range)."""
-    from pyspark.sql import functions as F
-
-    shaped = (
-        w.rlike(_ZONED)
-        & ~w.startswith("0000")
-        & ~w.startswith("0001-01-01")
-        & ~w.startswith("9999-12-31")
-    )
-    fraction = F.rpad(F.substring(F.regexp_extract(w, r"\.([0-9]+)", 1), 1, 6), 6, "0")
-    offset = F.regexp_extract(w, r"(Z|[+-][0-9]{2}:[0-9]{2})$", 1)
-    text = F.concat(F.substring(w, 1, 19), F.lit("."), fraction, offset)
-    return F.when(shaped, F.try_to_timestamp(text, F.lit("yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")))
-
-
-def _decimal(w: Column, precision: int, scale: int) -> Column:
-    """Base64 of a big-endian two's-complement unscaled value (at most eight bytes) ->
-    ``decimal(precision, scale)``, exact: the unscaled value times ``10**-scale`` in decimal
-    arithmetic (at most 21 digits), then cast, NULL when it does not fit."""
-    from decimal import Decimal
-
-    from pyspark.sql import functions as F
-
-    raw = F.unbase64(w)
-    shaped = w.rlike(_BASE64) & F.octet_length(raw).between(1, MAX_FAST_DECIMAL_BYTES)
-    hexed = F.hex(raw)
-    signed = F.lpad(hexed, 16, F.when(F.substring(hexed, 1, 1) >= "8", "F").otherwise("0"))
-    unscaled = F.conv(signed, 16, -10).cast("decimal(19,0)")
-    value = unscaled * F.lit(Decimal(1).scaleb(-scale)) if scale else unscaled
-    return F.when(shaped, value.try_cast(f"decimal({precision},{scale})"))
 
 
 def _image(
@@ -439,7 +365,7 @@ def _converted(name: str, image: ImagePlan) -> list[str]:
 
 def _conversions(name: str, image: ImagePlan, struct: Column) -> list[Column]:
     return [
-        _convert(struct[column], conversion).alias(alias)
+        convert(struct[column], conversion).alias(alias)
         for (column, conversion), alias in zip(image.columns, _converted(name, image), strict=True)
     ]
 
