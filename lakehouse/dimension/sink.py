@@ -14,9 +14,9 @@ decides from, decides in pure code, then writes:
    (:mod:`.signals`) and its commit (:mod:`.commit`);
 4. writes each existing target's rows as data files on the snapshot of its look, counting
    them as they are written (:func:`lakehouse.delta.stage_append`), appends rejected records
-   to the dead-letter table, then commits each target's versions, each with the idempotent
-   transaction ``(pipeline_id, batch_id)`` and commit metadata (batch id, build watermark,
-   max event time, end offsets, row count);
+   to the dead-letter table (:mod:`.rejects`), then commits each target's versions, each
+   with the idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch
+   id, build watermark, max event time, end offsets, row count);
 5. sets the snapshot-complete marker of a target whose snapshot ended (its signal is now
    covered), as a separate commit **after** the data commit; clears it, as a commit
    **before** the data commit, when a re-snapshot starts.
@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
-from lakehouse.dead_letter import append_dead_letters, to_dead_letters
 from lakehouse.dimension import connect_schemas
 from lakehouse.dimension.batch_signals import (
     BatchSignals,
@@ -60,7 +59,7 @@ from lakehouse.dimension.batch_signals import (
     routes,
 )
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
-from lakehouse.dimension.decode import decode_rest, decode_start, with_raw
+from lakehouse.dimension.decode import decode_rest, decode_start
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
     EVENT_TIME,
@@ -94,6 +93,7 @@ from lakehouse.dimension.plan import (
     schema_change_events,
     summarise,
 )
+from lakehouse.dimension.rejects import write_rejects
 from lakehouse.dimension.resnapshot import synthetic_deletes
 from lakehouse.dimension.schema_block import (
     SchemaBlock,
@@ -386,14 +386,16 @@ class BuildSink:
         routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
-        dead_count = self._write_dead_letters(
+        dead_count = write_rejects(
             decoded,
             data,
             signal_df,
             signals,
             [p.frames.rejected for p in prepared],
             kinds.get("error", 0) + refused,
-            batch_id,
+            table=self.dead_letter_table,
+            pipeline_id=self.pipeline_id,
+            batch_id=batch_id,
         )
         failpoint("ingest.after_dead_letters", batch_id)
 
@@ -464,69 +466,6 @@ class BuildSink:
                 if target.source_table is None or target.source_table in d["tables"]
             ],
         )
-
-    def _write_dead_letters(
-        self,
-        decoded: DataFrame,
-        data: DataFrame,
-        signal_df: DataFrame | None,
-        signals: BatchSignals,
-        refused: Sequence[DataFrame | None],
-        rejected_records: int,
-        batch_id: int,
-    ) -> int:
-        """Append the batch's rejected records (undecodable, unreadable signals, refused by a
-        target's plan) to the dead-letter table, in one commit; returns how many.
-        ``rejected_records``: how many records the decode and the plans rejected (counted
-        already: nothing is written, and no job looks, when there are none)."""
-        from pyspark.sql import functions as F
-
-        known = rejected_records + len(signals.invalid)
-        if known == 0:
-            return 0
-        rejected = [self._dead_letters(decoded.filter(F.col("_kind") == "error"), batch_id)]
-        if signals.invalid and signal_df is not None:
-            rejected.append(self._invalid_signals(signal_df, signals, batch_id))
-        # a refused record was decoded, maybe in the JVM, which keeps no raw bytes
-        rejected += [self._dead_letters(with_raw(f, data), batch_id) for f in refused if f]
-        dead = rejected[0]
-        for extra in rejected[1:]:
-            dead = dead.unionByName(extra)
-        result = append_dead_letters(
-            dead, self.dead_letter_table, app_id=self.pipeline_id, batch_id=batch_id
-        )
-        return result.rows
-
-    def _dead_letters(self, rows: DataFrame, batch_id: int) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        return to_dead_letters(
-            rows,
-            raw_key=F.col("key"),
-            raw_value=F.col("value"),
-            topic=F.col("topic"),
-            partition=F.col("partition"),
-            offset=F.col("offset"),
-            source_timestamp=F.col("timestamp"),
-            error_kind=F.col("_error_kind"),
-            error=F.col("_error"),
-            pipeline=self.pipeline_id,
-            batch_id=batch_id,
-        )
-
-    def _invalid_signals(
-        self, signal_df: DataFrame, signals: BatchSignals, batch_id: int
-    ) -> DataFrame:
-        """The unreadable notification/heartbeat records, as dead letters."""
-        from pyspark.sql import functions as F
-
-        reasons = signal_df.sparkSession.createDataFrame(
-            list(signals.invalid), "topic string, partition int, offset bigint, _error string"
-        )
-        bad = signal_df.join(reasons, ["topic", "partition", "offset"]).withColumn(
-            "_error_kind", F.lit("invalid_signal")
-        )
-        return self._dead_letters(bad, batch_id)
 
     def _commit_target(
         self,
