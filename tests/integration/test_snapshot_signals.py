@@ -236,10 +236,16 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
     assert status.exit_code == 0 and "waiting for" in status.output
     scans = [
         notification("TABLE_SCAN_COMPLETED", "shop.public.rates"),
+        (b"k", b"{not a notification"),  # unreadable: a dead letter, the others still count
         notification("TABLE_SCAN_COMPLETED", "shop.public.fees"),
     ]
     r1 = sink.process(_raw(spark, s.records(scans, topic=NOTES)), 1)
     assert [(x.phase, x.signal) for x in r1.targets] == [("complete", "notification")] * 2
+    assert r1.dead_lettered == 1 and r1.errors_by_kind == {"invalid_signal": 1}
+    [dead] = delta.read(spark, str(tmp_path / "dlq")).collect()
+    assert (dead._error_kind, dead._topic, dead._offset) == ("invalid_signal", NOTES, 2)
+    assert bytes(dead._raw_value) == b"{not a notification" and bytes(dead._raw_key) == b"k"
+    assert dead._error.startswith("notification: "), dead._error
     assert delta.row_count(fees.table_uri) == 0
     assert (
         "TABLE_SCAN_COMPLETED shop.public.fees"
