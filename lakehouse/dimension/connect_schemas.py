@@ -150,7 +150,7 @@ def newest_in_batch(
     marks: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The newest schema text per source table among the batch's records that carried one
-    (:func:`lakehouse.dimension.plan.summarise`'s ``schema`` of each group: by connector
+    (:func:`lakehouse.dimension.summary.summarise`'s ``schema`` of each group: by connector
     position, then offset). A record the JVM decoded says ``''`` for its table's schema at the
     start of the batch (``start``) and a mark for another (``marks``, see
     :func:`lakehouse.dimension.jvm_decode.schema_mark`).

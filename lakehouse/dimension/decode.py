@@ -421,7 +421,7 @@ def row_images(
     schema: StructType, summary: Sequence[Mapping[str, Any]]
 ) -> list[tuple[str, StructType]]:
     """The typed row-image columns of a decoded frame's ``schema`` that the records of
-    ``summary`` are in (its entries' ``images``, :func:`lakehouse.dimension.plan.summarise`):
+    ``summary`` are in (its entries' ``images``, :func:`lakehouse.dimension.summary.summarise`):
     the images :func:`row_value` needs for them. All of them when an entry does not say."""
     images = image_columns(schema)
     if any("images" not in r for r in summary):

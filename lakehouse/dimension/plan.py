@@ -3,9 +3,10 @@ anything is written, from one summary of the batch and one look at the table.
 
 The order is read, decide, then build:
 
-* :func:`summarise` is the batch's one Spark job for the driver (record kinds, column sets,
-  phases, event-time range, end offsets); :func:`lakehouse.dimension.look.look_at` is the one
-  look at the table (its columns, key and properties);
+* :func:`lakehouse.dimension.summary.summarise` is the batch's summary for the driver (record
+  kinds, column sets, phases, event-time range, end offsets);
+  :func:`lakehouse.dimension.look.look_at` is the one look at the table (its columns, key and
+  properties);
 * :func:`plan_columns` decides the schema evolution in pure code: columns added or widened,
   column sets refused (a true conflict, which opens a schema block), key columns. A widening
   that could lose a value the table holds (bigint into double) needs one scan of the table,
@@ -31,7 +32,7 @@ from lakehouse import delta
 from lakehouse.columns import batch_long, batch_now
 from lakehouse.delta.types import fits, value_checked, widened
 from lakehouse.dimension.decode import row_images, row_value
-from lakehouse.dimension.jvm_decode import image_groups, row_text
+from lakehouse.dimension.jvm_decode import row_text
 from lakehouse.dimension.layout import (
     EVENT_TIME,
     INGESTED_AT,
@@ -46,7 +47,6 @@ from lakehouse.dimension.layout import (
     SNAPSHOT_PHASES,
 )
 from lakehouse.dimension.look import TargetLook
-from lakehouse.dimension.signals import Offsets
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
 
@@ -71,127 +71,6 @@ class BlockEvidence:
     reason: str
     first_offset: dict[str, Any]
     first_event_time_ms: int | None
-
-
-def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
-    """Records per kind, and errors per error kind, from :func:`summarise`'s first answer.
-
-    >>> count_kinds([{"_kind": "change", "_error_kind": None, "n": 3},
-    ...     {"_kind": "error", "_error_kind": "invalid_json", "n": 1},
-    ...     {"_kind": "change", "_error_kind": None, "n": 2}])
-    ({'change': 5, 'error': 1}, {'invalid_json': 1})
-    """
-    kinds: dict[str, int] = {}
-    errors: dict[str, int] = {}
-    for r in summary:
-        kinds[r["_kind"]] = kinds.get(r["_kind"], 0) + r["n"]
-        if r["_kind"] == "error":
-            errors[r["_error_kind"]] = errors.get(r["_error_kind"], 0) + r["n"]
-    return kinds, errors
-
-
-#: :func:`summarise`'s three answers.
-Summary = tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]
-
-
-def summarise(decoded: DataFrame) -> Summary:
-    """One Spark job for everything the driver decides from, returned three ways:
-
-    * per record kind, error kind, source table, phase and column set: count ``n`` and the
-      largest event time ``max_ts`` (the plan of each target);
-    * the end offset of each partition read (``{topic: {partition: next offset}}``);
-    * per source table, phase and partition, of the change records: count ``n``, largest
-      offset ``o``, largest Kafka timestamp ``ts``, largest connector position ``seq`` and
-      largest ``source.ts_ms`` ``src_ts`` (the snapshot signals).
-
-    Each summary entry of change records also has ``schema``: the newest Connect schema its
-    records brought, as ``(position, partition, offset, text)``, or None (see
-    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); and ``images``: the typed
-    row-image columns its records' images are in (:func:`image_groups`), so that a table's
-    plan reads those and not every known schema's.
-    """
-    from pyspark.sql import functions as F
-
-    shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
-    columns = ("_row_columns", "_key_columns")
-    groups_of = image_groups(decoded.schema)
-    image = F.coalesce(
-        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
-        F.lit(None).cast("string"),
-    )
-    rows = (
-        decoded.groupBy(*shape, *columns, "topic", "partition")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.max("_event_time_ms").alias("max_ts"),
-            F.max("offset").alias("o"),
-            F.unix_millis(F.max("timestamp")).alias("ts"),
-            F.max("_seq").alias("seq"),
-            F.max(
-                F.when(
-                    F.col("_connect_schema").isNotNull(),
-                    F.struct(
-                        F.coalesce(F.col("_seq"), F.lit("")).alias("seq"),
-                        F.col("partition"),
-                        F.col("offset"),
-                        F.col("_connect_schema").alias("text"),
-                    ),
-                )
-            ).alias("schema"),
-            F.collect_set(image).alias("images"),
-        )
-        .collect()
-    )
-    summary: dict[tuple[Any, ...], dict[str, Any]] = {}
-    ends: Offsets = {}
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in rows:
-        key = tuple(r[c] for c in (*shape, *columns))
-        entry = summary.setdefault(
-            key,
-            {
-                **dict(zip((*shape, *columns), key, strict=True)),
-                "n": 0,
-                "max_ts": None,
-                "schema": None,
-                "images": frozenset(),
-            },
-        )
-        entry["images"] = entry["images"] | frozenset(r["images"])
-        entry["n"] += int(r["n"])
-        entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
-        if r["schema"] is not None:
-            entry["schema"] = _max(entry["schema"], tuple(r["schema"]))
-        partition = ends.setdefault(r["topic"], {})
-        name = str(r["partition"])
-        partition[name] = max(partition.get(name, 0), int(r["o"]) + 1)
-        if r["_kind"] != "change":
-            continue
-        gkey = (r["_source_table"], r["_snapshot_phase"], r["topic"], r["partition"])
-        group = groups.setdefault(
-            gkey,
-            {
-                "_source_table": gkey[0],
-                "_snapshot_phase": gkey[1],
-                "topic": gkey[2],
-                "partition": gkey[3],
-                "n": 0,
-                "o": None,
-                "ts": None,
-                "seq": None,
-                "src_ts": None,
-            },
-        )
-        group["n"] += int(r["n"])
-        group["o"] = _max(group["o"], r["o"])
-        group["ts"] = _max(group["ts"], r["ts"])
-        group["seq"] = _max(group["seq"], r["seq"])
-        group["src_ts"] = _max(group["src_ts"], r["max_ts"])
-    return list(summary.values()), ends, list(groups.values())
-
-
-def _max(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def schema_change_events(decoded: DataFrame) -> list[dict[str, Any]]:
@@ -428,8 +307,9 @@ def require_columns(target: BuildTarget, plan: ColumnPlan) -> None:
 
 
 def column_sets(summary: Sequence[Mapping[str, Any]]) -> list[ColumnSet]:
-    """The column sets of a target's summary groups (:func:`summarise`), their types parsed
-    (in the JVM: Spark's DDL parser; each distinct type once per process)."""
+    """The column sets of a target's summary groups
+    (:func:`lakehouse.dimension.summary.summarise`), their types parsed (in the JVM: Spark's
+    DDL parser; each distinct type once per process)."""
     sets = []
     for r in summary:
         raw = json.loads(r["_row_columns"] or "[]")

@@ -88,7 +88,8 @@ from lakehouse.dimension.layout import (
 )
 from lakehouse.dimension.look import look_at
 from lakehouse.dimension.marker import last_max_event_time, last_metadata, last_watermark, now_iso
-from lakehouse.dimension.plan import plan_target, summarise
+from lakehouse.dimension.plan import plan_target
+from lakehouse.dimension.summary import summarise
 from lakehouse.dimension.targets import BuildTarget
 from lakehouse.errors import ConfigError
 from lakehouse.failpoints import failpoint

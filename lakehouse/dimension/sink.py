@@ -62,7 +62,6 @@ from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
 from lakehouse.dimension.decode import decode_rest, decode_start
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
-    EVENT_TIME,
     META_SYNTHETIC_DELETES,
     PROP_CONNECT_SCHEMAS,
     PROP_PRIMARY_KEY,
@@ -83,15 +82,12 @@ from lakehouse.dimension.marker import (
     start_resnapshot,
 )
 from lakehouse.dimension.plan import (
-    Summary,
     TargetFrames,
     TargetPlan,
-    count_kinds,
     empty_like,
     lineage_schema,
     plan_target,
     schema_change_events,
-    summarise,
 )
 from lakehouse.dimension.rejects import write_rejects
 from lakehouse.dimension.resnapshot import synthetic_deletes
@@ -106,16 +102,20 @@ from lakehouse.dimension.signals import (
     OffsetsProbe,
     merge_offsets,
 )
+from lakehouse.dimension.staging import (
+    MAX_FILES,
+    Prepared,
+    row_stats,
+    stage_rows,
+)
+from lakehouse.dimension.summary import Summary, count_kinds, summarise
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
 from lakehouse.errors import ConfigError, DataSafetyError
 from lakehouse.failpoints import failpoint
 from lakehouse.parallel import map_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
-#: A table's rows of one batch are written as at most this many files.
-MAX_FILES = 2
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("lakehouse.dimension")
 
@@ -128,17 +128,6 @@ class _Written:
     result: delta.WriteResult
     synthetic_deletes: int
     block: SchemaBlock | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """A target's part of a batch before its commit: the plan, its rows and dead letters,
-    what the rows hold, and their files when they are written already."""
-
-    plan: TargetPlan
-    frames: TargetFrames
-    stats: RowStats
-    staged: delta.StagedAppend | None = None
 
 
 class BuildSink:
@@ -353,31 +342,24 @@ class BuildSink:
         spark = decoded.sparkSession
         registering = threading.Lock()
 
-        def prepare(target: BuildTarget) -> _Prepared:
+        def prepare(target: BuildTarget) -> Prepared:
             look = looks[target.table_uri]
             plan, frames = self._plan(decoded, target, look, changes, ddl_events, batch_id)
             if frames.rows is None:
-                return _Prepared(plan, frames, RowStats())
+                return Prepared(plan, frames, RowStats())
             staged = None
             if look.exists and not look.replay:
                 # the rows' files first, their statistics observed by that write: the commit
                 # (its metadata holds them) comes after the dead letters, as always
-                staged = delta.stage_append(
-                    frames.rows,
-                    target.table_uri,
-                    txn=(self.pipeline_id, batch_id),
-                    schema_mode="widen",
-                    max_files=MAX_FILES,
-                    observe=_row_stat_columns(),
-                )
-                observed = staged.metrics() if staged is not None else None
-                if observed is not None:
-                    return _Prepared(plan, frames, _stats_of(observed), staged)
+                txn = (self.pipeline_id, batch_id)
+                staged, stats = stage_rows(frames.rows, target.table_uri, txn)
+                if stats is not None:
+                    return Prepared(plan, frames, stats, staged)
             # the target's rows, computed once: for their statistics, then for the commit
             rows = frames.rows.persist()
             with registering:
                 cached.callback(rows.unpersist)
-            return _Prepared(plan, TargetFrames(rows, frames.rejected), _row_stats(rows), staged)
+            return Prepared(plan, TargetFrames(rows, frames.rejected), row_stats(rows), staged)
 
         prepared = map_tables(spark, prepare, self.targets, workers=self.table_parallelism)
         plans = [p.plan for p in prepared]
@@ -684,29 +666,6 @@ class BuildSink:
             "filtered re-snapshot) and run the ingest again",
             table_uri=uri,
         )
-
-
-def _row_stat_columns() -> list[Column]:
-    """A table's :class:`RowStats` as aggregate expressions over its rows of the batch."""
-    from pyspark.sql import functions as F
-
-    return [F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")]
-
-
-def _stats_of(agg: Mapping[str, Any]) -> RowStats:
-    """:class:`RowStats` from the values of :func:`_row_stat_columns`."""
-    biggest = agg["m"]
-    return RowStats(
-        count=int(agg["n"]),
-        max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
-    )
-
-
-def _row_stats(rows: DataFrame | None) -> RowStats:
-    """Count the batch's rows for a table and find their largest event time (one job)."""
-    if rows is None:
-        return RowStats()
-    return _stats_of(rows.agg(*_row_stat_columns()).collect()[0].asDict())
 
 
 def _cut_lineage(decoded: DataFrame, cached: contextlib.ExitStack) -> DataFrame:

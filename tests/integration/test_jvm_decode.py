@@ -31,7 +31,7 @@ from lakehouse.dimension.connect_schemas import newest_in_batch
 from lakehouse.dimension.decode import _OUT_FIELDS, decode_raw, decode_record
 from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast, image_columns, row_text
 from lakehouse.dimension.layout import INGESTED_AT, META_BATCH_ID, META_ROWS, META_WATERMARK
-from lakehouse.dimension.plan import summarise
+from lakehouse.dimension.summary import summarise
 from lakehouse.errors import CdcDecodeError
 
 MAX_BYTES = 1 << 20

@@ -1,0 +1,79 @@
+"""A build table's rows of one batch, written before the batch commits anything.
+
+A target's rows are written as data files on the snapshot of the batch's look at the table
+(:func:`lakehouse.delta.stage_append`), counted by that write (``DataFrame.observe``), and
+committed later, after the batch's dead letters, with metadata that holds the counts
+(:mod:`lakehouse.dimension.sink`). Until then no version names the files: a batch that stops
+in between leaves them for ``VACUUM``, and its replay writes them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse import delta
+from lakehouse.dimension.commit import RowStats
+from lakehouse.dimension.layout import EVENT_TIME
+from lakehouse.dimension.plan import TargetFrames, TargetPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+#: A table's rows of one batch are written as at most this many files.
+MAX_FILES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A target's part of a batch before its commit: the plan, its rows and dead letters,
+    what the rows hold, and their files when they are written already."""
+
+    plan: TargetPlan
+    frames: TargetFrames
+    stats: RowStats
+    staged: delta.StagedAppend | None = None
+
+
+def stage_rows(
+    rows: DataFrame, uri: str, txn: tuple[str, int]
+) -> tuple[delta.StagedAppend | None, RowStats | None]:
+    """Write ``rows``' files (at most :data:`MAX_FILES`) to the table ``uri`` for the
+    idempotent transaction ``txn``, uncommitted, widening its columns where the rows need it
+    (:func:`delta.stage_append`), and what the write observed of them. ``(None, None)``
+    when the table cannot take a staged write (the caller appends at the commit); the
+    statistics are None when Spark did not report them (the caller counts the rows)."""
+    staged = delta.stage_append(
+        rows,
+        uri,
+        txn=txn,
+        schema_mode="widen",
+        max_files=MAX_FILES,
+        observe=_row_stat_columns(),
+    )
+    observed = staged.metrics() if staged is not None else None
+    return staged, None if observed is None else _stats_of(observed)
+
+
+def row_stats(rows: DataFrame | None) -> RowStats:
+    """Count the batch's rows for a table and find their largest event time (one job)."""
+    if rows is None:
+        return RowStats()
+    return _stats_of(rows.agg(*_row_stat_columns()).collect()[0].asDict())
+
+
+def _row_stat_columns() -> list[Column]:
+    """A table's :class:`RowStats` as aggregate expressions over its rows of the batch."""
+    from pyspark.sql import functions as F
+
+    return [F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")]
+
+
+def _stats_of(agg: Mapping[str, Any]) -> RowStats:
+    """:class:`RowStats` from the values of :func:`_row_stat_columns`."""
+    biggest = agg["m"]
+    return RowStats(
+        count=int(agg["n"]),
+        max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
+    )

@@ -1,0 +1,172 @@
+"""A batch's summary for the driver: what the ingest sink decides from, read once.
+
+:func:`summarise` is one Spark job: a grouped aggregation of the decoded records, one row
+per :data:`KEY` with the :data:`AGGREGATES`, folded on the driver (:func:`fold`, pure) into
+:data:`Summary`: per group for the plans, per partition for the end offsets, per source
+table, phase and partition for the snapshot signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.dimension.jvm_decode import image_groups
+from lakehouse.dimension.signals import Offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+#: A summary row's group: record kind and error kind, source table, snapshot phase, column
+#: set, key columns, topic-partition, and the typed row-image group its images are in.
+KEY = (
+    "_kind",
+    "_error_kind",
+    "_source_table",
+    "_snapshot_phase",
+    "_row_columns",
+    "_key_columns",
+    "topic",
+    "partition",
+    "_image_group",
+)
+
+#: A summary row's aggregates (:func:`_aggregates`), by name.
+AGGREGATES = ("n", "max_ts", "o", "ts", "seq", "schema")
+
+#: :func:`summarise`'s three answers (see there).
+Summary = tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]
+
+
+def count_kinds(summary: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Records per kind, and errors per error kind, from :func:`summarise`'s first answer.
+
+    >>> count_kinds([{"_kind": "change", "_error_kind": None, "n": 3},
+    ...     {"_kind": "error", "_error_kind": "invalid_json", "n": 1},
+    ...     {"_kind": "change", "_error_kind": None, "n": 2}])
+    ({'change': 5, 'error': 1}, {'invalid_json': 1})
+    """
+    kinds: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for r in summary:
+        kinds[r["_kind"]] = kinds.get(r["_kind"], 0) + r["n"]
+        if r["_kind"] == "error":
+            errors[r["_error_kind"]] = errors.get(r["_error_kind"], 0) + r["n"]
+    return kinds, errors
+
+
+def summarise(decoded: DataFrame) -> Summary:
+    """One Spark job for everything the driver decides from, returned three ways:
+
+    * per record kind, error kind, source table, phase and column set: count ``n`` and the
+      largest event time ``max_ts`` (the plan of each target);
+    * the end offset of each partition read (``{topic: {partition: next offset}}``);
+    * per source table, phase and partition, of the change records: count ``n``, largest
+      offset ``o``, largest Kafka timestamp ``ts``, largest connector position ``seq`` and
+      largest ``source.ts_ms`` ``src_ts`` (the snapshot signals).
+
+    Each summary entry of change records also has ``schema``: the newest Connect schema its
+    records brought, as ``(position, partition, offset, text)``, or None (see
+    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); and ``images``: the typed
+    row-image columns its records' images are in (:func:`image_groups`), so that a table's
+    plan reads those and not every known schema's."""
+    rows = (
+        _with_image(decoded)
+        .groupBy(*KEY)
+        .agg(*[agg.alias(name) for name, agg in zip(AGGREGATES, _aggregates(), strict=True)])
+        .collect()
+    )
+    return fold([r.asDict() for r in rows])
+
+
+def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
+    """:data:`Summary` from summary rows (one per :data:`KEY`, with the :data:`AGGREGATES`),
+    its entries in the order of their first row."""
+    shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
+    columns = ("_row_columns", "_key_columns")
+    summary: dict[tuple[Any, ...], dict[str, Any]] = {}
+    ends: Offsets = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[c] for c in (*shape, *columns))
+        entry = summary.setdefault(
+            key,
+            {
+                **dict(zip((*shape, *columns), key, strict=True)),
+                "n": 0,
+                "max_ts": None,
+                "schema": None,
+                "images": frozenset(),
+            },
+        )
+        if r["_image_group"] is not None:
+            entry["images"] = entry["images"] | {r["_image_group"]}
+        entry["n"] += int(r["n"])
+        entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
+        if r["schema"] is not None:
+            entry["schema"] = _max(entry["schema"], tuple(r["schema"]))
+        partition = ends.setdefault(r["topic"], {})
+        name = str(r["partition"])
+        partition[name] = max(partition.get(name, 0), int(r["o"]) + 1)
+        if r["_kind"] != "change":
+            continue
+        gkey = (r["_source_table"], r["_snapshot_phase"], r["topic"], r["partition"])
+        group = groups.setdefault(
+            gkey,
+            {
+                "_source_table": gkey[0],
+                "_snapshot_phase": gkey[1],
+                "topic": gkey[2],
+                "partition": gkey[3],
+                "n": 0,
+                "o": None,
+                "ts": None,
+                "seq": None,
+                "src_ts": None,
+            },
+        )
+        group["n"] += int(r["n"])
+        group["o"] = _max(group["o"], r["o"])
+        group["ts"] = _max(group["ts"], r["ts"])
+        group["seq"] = _max(group["seq"], r["seq"])
+        group["src_ts"] = _max(group["src_ts"], r["max_ts"])
+    return list(summary.values()), ends, list(groups.values())
+
+
+def _with_image(decoded: DataFrame) -> DataFrame:
+    """``decoded`` with ``_image_group``: the typed row-image group its record's image is in."""
+    from pyspark.sql import functions as F
+
+    groups_of = image_groups(decoded.schema)
+    image = F.coalesce(
+        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
+        F.lit(None).cast("string"),
+    )
+    return decoded.withColumn("_image_group", image)
+
+
+def _aggregates() -> list[Column]:
+    """A summary row's :data:`AGGREGATES`, as aggregate expressions over its group."""
+    from pyspark.sql import functions as F
+
+    schema = F.when(
+        F.col("_connect_schema").isNotNull(),
+        F.struct(
+            F.coalesce(F.col("_seq"), F.lit("")).alias("seq"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col("_connect_schema").alias("text"),
+        ),
+    )
+    return [
+        F.count(F.lit(1)),
+        F.max("_event_time_ms"),
+        F.max("offset"),
+        F.unix_millis(F.max("timestamp")),
+        F.max("_seq"),
+        F.max(schema),
+    ]
+
+
+def _max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
