@@ -1,9 +1,9 @@
 """A batch's summary for the driver: what the ingest sink decides from, read once.
 
 :func:`summarise` is one Spark job: a grouped aggregation of the decoded records, one row
-per :data:`KEY` with the :data:`AGGREGATES`, folded on the driver (:func:`fold`, pure) into
-:data:`Summary`: per group for the plans, per partition for the end offsets, per source
-table, phase and partition for the snapshot signals.
+per :data:`KEY`, folded on the driver (:func:`fold`, pure) into :data:`Summary`: per group
+for the plans, per partition for the end offsets, per source table, phase and partition for
+the snapshot signals.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from lakehouse.dimension.jvm_decode import image_groups
 from lakehouse.dimension.signals import Offsets
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 #: A summary row's group: record kind and error kind, source table, snapshot phase, column
-#: set, key columns, topic-partition, and the typed row-image group its images are in.
+#: set, key columns and topic-partition.
 KEY = (
     "_kind",
     "_error_kind",
@@ -28,11 +28,7 @@ KEY = (
     "_key_columns",
     "topic",
     "partition",
-    "_image_group",
 )
-
-#: A summary row's aggregates (:func:`_aggregates`), by name.
-AGGREGATES = ("n", "max_ts", "o", "ts", "seq", "schema")
 
 #: :func:`summarise`'s three answers (see there).
 Summary = tuple[list[dict[str, Any]], Offsets, list[dict[str, Any]]]
@@ -70,18 +66,42 @@ def summarise(decoded: DataFrame) -> Summary:
     :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); and ``images``: the typed
     row-image columns its records' images are in (:func:`image_groups`), so that a table's
     plan reads those and not every known schema's."""
+    from pyspark.sql import functions as F
+
+    groups_of = image_groups(decoded.schema)
+    image = F.coalesce(
+        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
+        F.lit(None).cast("string"),
+    )
+    schema = F.when(
+        F.col("_connect_schema").isNotNull(),
+        F.struct(
+            F.coalesce(F.col("_seq"), F.lit("")).alias("seq"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col("_connect_schema").alias("text"),
+        ),
+    )
     rows = (
-        _with_image(decoded)
-        .groupBy(*KEY)
-        .agg(*[agg.alias(name) for name, agg in zip(AGGREGATES, _aggregates(), strict=True)])
+        decoded.groupBy(*KEY)
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.max("_event_time_ms").alias("max_ts"),
+            F.max("offset").alias("o"),
+            F.unix_millis(F.max("timestamp")).alias("ts"),
+            F.max("_seq").alias("seq"),
+            F.max(schema).alias("schema"),
+            F.collect_set(image).alias("images"),
+        )
         .collect()
     )
     return fold([r.asDict() for r in rows])
 
 
 def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
-    """:data:`Summary` from summary rows (one per :data:`KEY`, with the :data:`AGGREGATES`),
-    its entries in the order of their first row."""
+    """:data:`Summary` from :func:`summarise`'s rows (one per :data:`KEY`, with its
+    aggregates ``n``, ``max_ts``, ``o``, ``ts``, ``seq``, ``schema`` and ``images``), its
+    entries in the order of their first row."""
     shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
     columns = ("_row_columns", "_key_columns")
     summary: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -99,8 +119,7 @@ def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
                 "images": frozenset(),
             },
         )
-        if r["_image_group"] is not None:
-            entry["images"] = entry["images"] | {r["_image_group"]}
+        entry["images"] = entry["images"] | frozenset(r["images"])
         entry["n"] += int(r["n"])
         entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
         if r["schema"] is not None:
@@ -131,41 +150,6 @@ def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
         group["seq"] = _max(group["seq"], r["seq"])
         group["src_ts"] = _max(group["src_ts"], r["max_ts"])
     return list(summary.values()), ends, list(groups.values())
-
-
-def _with_image(decoded: DataFrame) -> DataFrame:
-    """``decoded`` with ``_image_group``: the typed row-image group its record's image is in."""
-    from pyspark.sql import functions as F
-
-    groups_of = image_groups(decoded.schema)
-    image = F.coalesce(
-        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
-        F.lit(None).cast("string"),
-    )
-    return decoded.withColumn("_image_group", image)
-
-
-def _aggregates() -> list[Column]:
-    """A summary row's :data:`AGGREGATES`, as aggregate expressions over its group."""
-    from pyspark.sql import functions as F
-
-    schema = F.when(
-        F.col("_connect_schema").isNotNull(),
-        F.struct(
-            F.coalesce(F.col("_seq"), F.lit("")).alias("seq"),
-            F.col("partition"),
-            F.col("offset"),
-            F.col("_connect_schema").alias("text"),
-        ),
-    )
-    return [
-        F.count(F.lit(1)),
-        F.max("_event_time_ms"),
-        F.max("offset"),
-        F.unix_millis(F.max("timestamp")),
-        F.max("_seq"),
-        F.max(schema),
-    ]
 
 
 def _max(a: Any, b: Any) -> Any:

@@ -19,7 +19,7 @@ _rows = st.lists(
             "_key_columns": st.just('["id"]'),
             "topic": st.sampled_from(["t1", "t2"]),
             "partition": st.integers(0, 2),
-            "_image_group": st.sampled_from([None, "_image0", "_image1"]),
+            "images": st.lists(st.sampled_from(["_image0", "_image1"]), unique=True),
             "n": st.integers(1, 5),
             "max_ts": st.none() | st.integers(0, 10**6),
             "o": st.integers(0, 10**6),
