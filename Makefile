@@ -20,6 +20,7 @@ TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
 	tests/integration/test_jvm_decode.py tests/integration/test_api.py \
 	tests/integration/test_delta.py::test_a_direct_write_commits_what_delta_s_writer_commits \
 	tests/integration/test_delta.py::test_a_staged_append_commits_what_append_commits \
+	tests/integration/test_delta.py::test_a_staged_creation_commits_the_table_its_properties_and_rows_at_once \
 	tests/integration/test_delta.py::test_a_due_checkpoint_is_written_beside_the_next_batch_not_inside_the_commit
 # the whole-ingest comparison of the two decode paths runs once (on the newest Spark): on 4.0
 # the per-record comparisons in the same file prove the decode, and the sink around it is the

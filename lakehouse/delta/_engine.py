@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -225,6 +225,7 @@ def stage_on(
     mode: str,
     options: dict[str, str],
     replacing: Sequence[str] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> Staged:
     """Write ``jdf``'s data files as ``DataFrameWriter.save`` does (``WriteIntoDelta``, the
     same options), on a transaction started from ``jsnapshot``, and stop before the commit:
@@ -271,13 +272,15 @@ def stage_on(
         write_mode = modes.Append if known else save_mode
         some = _class(spark, "scala.Option").apply
         delta_options = _class(spark, f"{delta}.DeltaOptions")(conf, session.sessionState().conf())
-        empty = _class(spark, "scala.collection.immutable.HashMap")()
+        configuration = _class(spark, "scala.collection.immutable.HashMap")()
+        for key, value in (properties or {}).items():
+            configuration = configuration.updated(key, value)
         command_class = _class(spark, f"{delta}.commands.WriteIntoDelta")
         write_class = _class(spark, f"{delta}.DeltaOperations$Write")
         merge = some(True) if options.get("mergeSchema") == "true" else none
         try:  # delta-spark 4.4 (pinned in jvm/spark)
             command = command_class(
-                log, write_mode, delta_options, nil, empty, jdf, none, none, False
+                log, write_mode, delta_options, nil, configuration, jdf, none, none, False
             )
             # the operation's signature tried here, so that the commit cannot meet another
             write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
@@ -289,7 +292,9 @@ def stage_on(
         except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
             if isinstance(e, Py4JJavaError):
                 raise
-            command = command_class(log, write_mode, delta_options, nil, empty, jdf, none, none)
+            command = command_class(
+                log, write_mode, delta_options, nil, configuration, jdf, none, none
+            )
             write_class(save_mode, some(nil), none, none)
 
             def operation(text: str | None) -> Any:

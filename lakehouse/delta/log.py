@@ -200,13 +200,18 @@ class TableSnapshot:
         :data:`TXN_SCAN_COMMITS` commits that set ``app_id`` holds its last version (their
         parses are kept by the process). Only when none of them did does Delta rebuild the
         table's state (Spark jobs over the log); an idempotent write of the same snapshot in the
-        same batch reuses that state.
+        same batch reuses that state. A table whose every commit since its creation is among
+        them needs no rebuild either: its commits are its whole history.
         """
         if not self.exists:
             return None
+        read = 0
         for info in self.commits(TXN_SCAN_COMMITS):
             if app_id in info.app_transactions:
                 return info.app_transactions[app_id]
+            read += 1
+        if read == self.version + 1:
+            return None
         if self._txns is None:
             self._txns = _engine.transactions(self._jsnapshot)
         return self._txns.get(app_id)

@@ -242,6 +242,11 @@ def _options(txn: tuple[str, int] | None, schema_mode: SchemaMode) -> dict[str, 
     return options
 
 
+#: Delta's refusals of a commit after another writer's created the table or changed its
+#: protocol or metadata (two writers creating a table at one location meet the first).
+_TABLE_CHANGED = ("ProtocolChangedException", "MetadataChangedException")
+
+
 def _refused(
     e: Exception, spark: SparkSession, uri: str, txn: tuple[str, int] | None
 ) -> WriteResult:
@@ -251,7 +256,15 @@ def _refused(
     if txn is not None and "ConcurrentTransaction" in name:
         # another copy of this pipeline committed the same batch first: written once
         return WriteResult(version=_after_write(spark, uri).version, skipped=True, rows=0)
-    if "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
+    changed = any(c in name for c in _TABLE_CHANGED)
+    if changed and txn is not None:
+        # another writer created the table (or changed its protocol or metadata) first: a
+        # copy of this pipeline that did so with the same batch wrote it once
+        _engine.latest(spark, _engine.delta_log(spark, uri), uri)  # Delta installs it
+        now = _after_write(spark, uri)
+        if now.records(*txn):
+            return WriteResult(version=now.version, skipped=True, rows=0)
+    if changed or "Concurrent" in name or "DELTA_CONCURRENT" in str(e):
         raise ConcurrentCommitError(
             f"Delta table '{uri}' changed while this write committed: {_first_line(e)}",
             table_uri=uri,
@@ -317,6 +330,8 @@ class StagedAppend:
     staged: _engine.Staged
     observation: Any | None
     compact_every: int | None = None
+    #: the properties of the table the commit creates (None: it appends to an existing one)
+    creates: Mapping[str, str] | None = None
 
     def metrics(self, wait_s: float = METRICS_WAIT_S) -> dict[str, Any] | None:
         """The values of the ``observe`` expressions over the rows written, by alias. Spark
@@ -385,17 +400,24 @@ def stage_append(
     max_files: int | None = None,
     observe: Sequence[Column] = (),
     compact_every: int | None = None,
+    create: Mapping[str, str] | None = None,
 ) -> StagedAppend | None:
     """Write the data files of :func:`append` ``(df, uri, txn=txn, ...)`` now and its commit
     later (:meth:`StagedAppend.commit`), when the commit's metadata depends on the rows:
     ``observe`` (aggregate expressions with aliases, as for ``DataFrame.observe``) is computed
     by the write itself, not by a Spark job of its own (:meth:`StagedAppend.metrics`).
 
+    ``create``: where no table is at ``uri`` yet, the commit creates it, with ``df``'s columns
+    and these properties, as its version 0: the table, its properties and its first rows
+    appear in one commit, so no reader ever sees the table without its properties (a
+    writer's lease beside the log is no obstacle, unlike to Delta's ``CREATE TABLE``).
+
     None, with nothing written, where :func:`append` would commit more than the data or
-    would not write at all: the table does not exist, it records ``txn`` already, a
-    ``"widen"`` needs a column widened first, the session turns direct writes off
-    (:data:`DIRECT_WRITE_CONF`), delta-spark lacks the internals, or the process committed
-    to the table after the batch's look at it. The caller then appends as usual.
+    would not write at all: the table does not exist (and ``create`` is None), it exists
+    (and ``create`` is given), it records ``txn`` already, a ``"widen"`` needs a column
+    widened first, the session turns direct writes off (:data:`DIRECT_WRITE_CONF`),
+    delta-spark lacks the internals, or the process committed to the table after the
+    batch's look at it. The caller then appends (or creates) as usual.
 
     Raises:
         SchemaMismatchError: as :func:`append`.
@@ -404,16 +426,19 @@ def stage_append(
 
     spark = df.sparkSession
     snap = snapshot(uri, spark=spark)
-    if not snap.exists or snap.records(*txn) or not _direct_on(snap, spark):
+    if snap.exists == (create is not None) or not _direct_on(snap, spark):
         return None
-    if schema_mode == "widen":
-        casts, wider = _type_changes(df, snap)
-        if wider:
+    if snap.exists:
+        if snap.records(*txn):
             return None
-        df = _cast(df, casts)
-    check_compatible(
-        uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
-    )
+        if schema_mode == "widen":
+            casts, wider = _type_changes(df, snap)
+            if wider:
+                return None
+            df = _cast(df, casts)
+        check_compatible(
+            uri, df.schema, allow_new_columns=schema_mode != "strict", existing=snap.schema
+        )
     observation = None
     if observe:
         observation = Observation()
@@ -427,6 +452,7 @@ def stage_append(
             data._jdf,
             mode="append",
             options=_options(txn, schema_mode),
+            properties=create,
         )
     except _engine.Unsupported as e:
         _refuse_direct(str(e))
@@ -442,6 +468,7 @@ def stage_append(
         staged=staged,
         observation=observation,
         compact_every=compact_every,
+        creates=None if create is None else dict(create),
     )
 
 

@@ -128,7 +128,9 @@ def test_table_with_deletion_vectors_is_read_by_delta_not_by_its_files(spark, tm
         assert sorted(r.id for r in df.collect()) == [0, 2, 3]
 
 
-def test_one_snapshot_answers_version_properties_history_and_transactions(spark, tmp_path):
+def test_one_snapshot_answers_version_properties_history_and_transactions(
+    spark, tmp_path, monkeypatch
+):
     uri = str(tmp_path / "t")
     assert not delta.snapshot(uri).exists
     delta.append(_rows(spark, 0, 2), uri, txn=("job", 4), metadata={"lakehouse.batchId": 4})
@@ -145,6 +147,13 @@ def test_one_snapshot_answers_version_properties_history_and_transactions(spark,
     assert snap.transaction_version("job") == 4 and snap.records("job", 3)
     assert [f.name for f in snap.schema.fields] == ["id", "name", "ts", "amount"]
     assert _engine.LOG_READS[uri] == reads + 1  # all of it from one look at the log
+
+    def rebuilt(_snapshot):
+        raise AssertionError("Delta's state was rebuilt")
+
+    # its commits are its whole history: an application none of them records has none
+    monkeypatch.setattr(_engine, "transactions", rebuilt)
+    assert snap.transaction_version("other") is None and not snap.records("other", 0)
 
 
 def test_a_commit_is_read_from_storage_once_per_process(spark, tmp_path, monkeypatch):
@@ -381,6 +390,50 @@ def test_a_staged_append_commits_what_append_commits(spark, tmp_path):
     delta.append(_rows(spark, 7, 9), staged, txn=("job", 3))
     assert late.commit({"lakehouse.batchId": 3}).skipped
     assert delta.latest_version(staged) == 3 and delta.row_count(staged) == 8
+
+
+def test_a_staged_creation_commits_the_table_its_properties_and_rows_at_once(spark, tmp_path):
+    """Rows staged where no table is yet, with the properties of the table to create: their
+    commit is version 0, with the properties, the rows and the transaction, beside a writer's
+    lease (which makes Delta's ``CREATE TABLE`` refuse the location); nothing is a table
+    before it. Not staged on an existing table; a discarded one leaves no file and no table;
+    a second copy of the pipeline creating it first wins."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.lease import lease_path
+
+    uri = str(tmp_path / "t")
+    Path(lease_path(uri)).parent.mkdir(parents=True)
+    Path(lease_path(uri)).write_text("{}")
+    props = {"lakehouse.tableKind": "build", "lakehouse.x": "1"}
+    stats = [F.max("id").alias("m"), F.count(F.lit(1)).alias("n")]
+
+    assert delta.stage_append(_rows(spark, 0, 3), uri, txn=("job", 0)) is None  # no table
+    dropped = delta.stage_append(_rows(spark, 0, 3), uri, txn=("job", 0), create=props)
+    assert dropped is not None and list(Path(uri).glob("*.parquet"))
+    dropped.discard()
+    assert not list(Path(uri).glob("*.parquet")) and not delta.table_exists(uri)
+
+    staged = delta.stage_append(
+        _rows(spark, 0, 3), uri, txn=("job", 0), observe=stats, create=props
+    )
+    assert staged is not None and staged.metrics() == {"m": 2, "n": 3}
+    assert not delta.table_exists(uri)  # written, not committed
+    result = staged.commit({"lakehouse.batchId": 0})
+    assert (result.version, result.rows, result.skipped) == (0, 3, False)
+    assert delta.get_properties(uri) == props
+    assert delta.transaction_version(uri, "job") == 0
+    assert sorted(r.id for r in delta.read(spark, uri).collect()) == [0, 1, 2]
+    assert all(f.nullable for f in delta.snapshot(uri).schema.fields)
+    assert delta.stage_append(_rows(spark, 3, 4), uri, txn=("job", 1), create=props) is None
+
+    # a second copy of the pipeline creates the table with the same batch first: written once
+    other = str(tmp_path / "other")
+    late = delta.stage_append(_rows(spark, 0, 3), other, txn=("job", 0), create=props)
+    assert late is not None
+    delta.append(_rows(spark, 0, 3), other, txn=("job", 0), properties=props)
+    assert late.commit({"lakehouse.batchId": 0}).skipped
+    assert delta.row_count(other) == 3
 
 
 def test_a_table_of_full_overwrites_tells_its_files_by_its_commits(spark, tmp_path):
