@@ -30,12 +30,14 @@ POINTS: Final[dict[str, str]] = {
     "batch.start": "Spark wrote the batch's offsets; no table has it",
     # a table's creation (lakehouse.delta.create_table), when the location already holds files
     "create.before_properties": "the empty table committed, its properties not yet",
-    # an idempotent write to an existing table (lakehouse.delta.write), in every batch
+    # an idempotent write (lakehouse.delta.write), in every batch: to an existing table, or
+    # the build table's first rows, whose commit creates it
     "delta.before_commit": "a write's data files written, its commit not yet",
     # the checkpoint a commit made due, written beside the next batch (lakehouse.delta)
     "delta.checkpoint": "a commit that made a log checkpoint due, the checkpoint not yet",
     # the ingest's batch (lakehouse.dimension.sink), in write order
     "ingest.after_dead_letters": "the batch's dead letters committed, no build-table write",
+    # a build table created before any row (nothing routed to it yet)
     "ingest.after_create": "the build table created, the batch's data not yet",
     "ingest.after_connect_schemas": "the records' new Connect schema recorded, data not yet",
     "ingest.after_resnapshot_start": "a re-snapshot started (marker cleared), its data not yet",

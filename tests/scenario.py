@@ -172,7 +172,12 @@ def ingest(
     tmp: Path, name: str, inputs: Path, *, conf: str = "", storage: str | None = None
 ) -> Run:
     """An ingest of ``inputs`` with its tables and checkpoint under ``tmp / name``, or under
-    ``storage / name`` (an ``s3a://`` root)."""
+    ``storage / name`` (an ``s3a://`` root).
+
+    Two build tables: ``rates``, created by the commit of its first rows, and ``idle``, whose
+    source table sends nothing (created empty, in two commits beside the writer's lease,
+    and waiting for its snapshot). The tables are worked on one at a time, in that order, so
+    that each failpoint of a batch is met in one order."""
     out = f"{storage}/{name}" if storage else str(tmp / name)
     cfg = config(
         tmp,
@@ -182,11 +187,15 @@ def ingest(
         body=(
             f'pipeline_id = "ingest"\nsource = "files"\npath = "{inputs}"\n'
             f'checkpoint = "{out}/checkpoint"\ndead_letter_table = "{out}/dead_letter"\n'
-            'trigger = "available-now"\nmax_records_per_trigger = 1\n'
+            'trigger = "available-now"\nmax_records_per_trigger = 1\ntable_parallelism = 1\n'
             f'[[ingest.tables]]\ntable = "{out}/rates"\nkey = ["currency"]\n'
+            'source_table = "public.rates"\n'
+            f'[[ingest.tables]]\ntable = "{out}/idle"\nkey = ["id"]\n'
+            'source_table = "public.idle"\n'
         ),
     )
-    return Run(tmp / name, cfg, {"build": f"{out}/rates", "dead": f"{out}/dead_letter"})
+    tables = {"build": f"{out}/rates", "idle": f"{out}/idle", "dead": f"{out}/dead_letter"}
+    return Run(tmp / name, cfg, tables)
 
 
 def join(tmp: Path, name: str, inputs: Path, build: str, *, mode: str) -> Run:

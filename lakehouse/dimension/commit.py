@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.dimension.layout import (
@@ -133,6 +133,29 @@ class CommitPlan:
             and not self.changes_nothing
         )
 
+    def takes_staged(self, creates: Mapping[str, str] | None) -> bool:
+        """Whether rows staged on the batch's look at the table can be the plan's data
+        commit: on an existing table (``creates`` None) when the plan is :attr:`data_only`;
+        on a table the staged commit creates with properties ``creates``, when the plan
+        creates it with those and commits nothing else before its data.
+
+        >>> plan = CommitPlan(create={"k": "v"}, learn_key=None, start_resnapshot=False,
+        ...     block=None, starts_block=False, record_block=False, blocked_so_far=0,
+        ...     ghost_deletes=False, max_event_time_ms=5, watermark_ms=0, metadata={})
+        >>> plan.takes_staged({"k": "v"}), plan.takes_staged({"k": "w"}), plan.takes_staged(None)
+        (True, False, False)
+        >>> from dataclasses import replace
+        >>> replace(plan, finishes_create=True).takes_staged({"k": "v"})
+        False
+        """
+        if creates is None:
+            return self.data_only
+        return (
+            self.create == creates
+            and not self.finishes_create
+            and replace(self, create=None).data_only
+        )
+
 
 def same_bookkeeping(recorded: str | None, decided: str) -> bool:
     """Whether a batch's snapshot bookkeeping (JSON) records nothing the table's last data
@@ -182,6 +205,27 @@ def build_watermark(max_event_time_ms: int | None, out_of_orderness_ms: int) -> 
     return max(WATERMARK_MIN, max_event_time_ms - out_of_orderness_ms - 1)
 
 
+def table_creation(
+    plan: TargetPlan, pipeline_id: str, connect_schemas: str | None = None
+) -> dict[str, str]:
+    """The properties a build table gets when batch ``plan`` creates it (:func:`plan_commit`
+    decides whether it does); ``connect_schemas``: the batch's value of
+    ``lakehouse.connect.schemas``, set with the creation (None: the batch sets none)."""
+    target = plan.target
+    creation = {
+        PROP_PRIMARY_KEY: ",".join(plan.key_columns),
+        PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
+        PROP_SOURCE_TABLE: target.source_table or "*",
+        PROP_SNAPSHOT_COMPLETE: "false",
+        PROP_SNAPSHOT_STATE: "loading",
+        PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
+        **creation_properties(TableKind.BUILD, pipeline_id),
+    }
+    if connect_schemas is not None:
+        creation[PROP_CONNECT_SCHEMAS] = connect_schemas
+    return creation
+
+
 def plan_commit(
     *,
     look: TargetLook,
@@ -205,17 +249,8 @@ def plan_commit(
     target = plan.target
     props = look.properties
     key = ",".join(plan.key_columns)
-    creation = {
-        PROP_PRIMARY_KEY: key,
-        PROP_EVENT_TIME: target.event_time_column or "source.ts_ms",
-        PROP_SOURCE_TABLE: target.source_table or "*",
-        PROP_SNAPSHOT_COMPLETE: "false",
-        PROP_SNAPSHOT_STATE: "loading",
-        PROP_SNAPSHOT_RESNAPSHOT_JOIN: target.snapshot.resnapshot_join,
-        **creation_properties(TableKind.BUILD, pipeline_id),
-    }
-    if connect_schemas is not None and not look.exists:
-        creation[PROP_CONNECT_SCHEMAS] = connect_schemas
+    creation = table_creation(plan, pipeline_id, None if look.exists else connect_schemas)
+    if not look.exists:
         connect_schemas = None  # set with the creation
     create = None
     if not look.exists:

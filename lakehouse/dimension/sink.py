@@ -58,7 +58,7 @@ from lakehouse.dimension.batch_signals import (
     read_signals,
     routes,
 )
-from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit
+from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit, table_creation
 from lakehouse.dimension.decode import decode_rest, decode_start
 from lakehouse.dimension.jvm_decode import WireSchemas
 from lakehouse.dimension.layout import (
@@ -341,33 +341,48 @@ class BuildSink:
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
         spark = decoded.sparkSession
         registering = threading.Lock()
+        marks = self._wire.marks()
 
         def prepare(target: BuildTarget) -> Prepared:
-            look = looks[target.table_uri]
+            uri = target.table_uri
+            look = looks[uri]
             plan, frames = self._plan(decoded, target, look, changes, ddl_events, batch_id)
+            # the newest Connect schema of each source table the batch's records brought:
+            # its files first (content-addressed: a replay writes none), the property naming
+            # them is part of the commit plan
+            newest = connect_schemas.newest_in_batch(
+                [r for r in changes if routes(target, r) and plan.accepts_schemas_of(r)],
+                start_schemas,
+                marks,
+            )
+            hashes = connect_schemas.store(uri, newest) if newest else {}
+            schemas = connect_schemas.decide(
+                connect_schemas.recorded(look.properties), batch_id, hashes
+            )
             if frames.rows is None:
-                return Prepared(plan, frames, RowStats())
+                return Prepared(plan, frames, RowStats(), connect_schemas=schemas)
             staged = None
-            if look.exists and not look.replay:
+            if not look.replay:
                 # the rows' files first, their statistics observed by that write: the commit
-                # (its metadata holds them) comes after the dead letters, as always
+                # (its metadata holds them) comes after the dead letters, as always; a table
+                # the batch creates is created by that commit
+                create = None if look.exists else table_creation(plan, self.pipeline_id, schemas)
                 txn = (self.pipeline_id, batch_id)
-                staged, stats = stage_rows(frames.rows, target.table_uri, txn)
+                staged, stats = stage_rows(frames.rows, uri, txn, create=create)
                 if stats is not None:
-                    return Prepared(plan, frames, stats, staged)
+                    return Prepared(plan, frames, stats, staged, schemas)
             # the target's rows, computed once: for their statistics, then for the commit
             rows = frames.rows.persist()
             with registering:
                 cached.callback(rows.unpersist)
-            return Prepared(plan, TargetFrames(rows, frames.rejected), row_stats(rows), staged)
+            stats = row_stats(rows)
+            return Prepared(plan, TargetFrames(rows, frames.rejected), stats, staged, schemas)
 
         prepared = map_tables(spark, prepare, self.targets, workers=self.table_parallelism)
         plans = [p.plan for p in prepared]
-        rows = [p.frames.rows for p in prepared]
-        stats = [p.stats for p in prepared]
         routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
-        refused = sum(n - stat.count for n, stat in zip(routed, stats, strict=True))
+        refused = sum(n - p.stats.count for n, p in zip(routed, prepared, strict=True))
         dead_count = write_rejects(
             decoded,
             data,
@@ -388,22 +403,13 @@ class BuildSink:
             *(look.signal_state.positions for look in looks.values()), data_ends, offsets
         )
         probe = ask_once(self.offsets_probe)
-        marks = self._wire.marks()
 
         def commit(i: int) -> TargetReport:
-            plan, frame, stat = plans[i], rows[i], stats[i]
-            look = looks[plan.target.table_uri]
+            look = looks[plans[i].target.table_uri]
             decision = decide_signals(
-                plan.target, look, groups, signals, positions, probe, batch_id
+                plans[i].target, look, groups, signals, positions, probe, batch_id
             )
-            newest = connect_schemas.newest_in_batch(
-                [r for r in changes if routes(plan.target, r) and plan.accepts_schemas_of(r)],
-                start_schemas,
-                marks,
-            )
-            return self._commit_target(
-                plan, look, frame, stat, decision, batch_id, end_offsets, newest, prepared[i].staged
-            )
+            return self._commit_target(prepared[i], look, decision, batch_id, end_offsets)
 
         reports = map_tables(spark, commit, range(len(plans)), workers=self.table_parallelism)
         _log_unrouted_ddl(ddl_events, plans, batch_id)
@@ -451,44 +457,34 @@ class BuildSink:
 
     def _commit_target(
         self,
-        plan: TargetPlan,
+        prepared: Prepared,
         look: TargetLook,
-        rows: DataFrame | None,
-        stats: RowStats,
         decision: Decision,
         batch_id: int,
         end_offsets: Mapping[str, Mapping[str, int]],
-        newest_schemas: Mapping[str, str],
-        staged: delta.StagedAppend | None = None,
     ) -> TargetReport:
         """Decide the table's commit from its look (:func:`plan_commit`), write it, then set
-        the marker when the decision fired and the data is committed. ``rows``: the table's
-        rows of this batch, ``stats`` what they hold; ``newest_schemas``: the newest Connect
-        schema text per source table the batch's records brought; ``staged``: the rows' files
-        written already (their commit is the data commit when the plan commits nothing
-        before it, else they are deleted and the rows written again)."""
+        the marker when the decision fired and the data is committed. ``prepared``: the
+        table's plan, rows of this batch and what they hold, and the rows' files when they are
+        written already (their commit is the data commit when the plan commits nothing before
+        it but the creation they carry, else they are deleted and the rows written again)."""
+        plan, rows, staged = prepared.plan, prepared.frames.rows, prepared.staged
         uri = plan.target.table_uri
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
         # source) exists, and snapshot-status says what it waits for
-        # the schema files first (content-addressed: a replay writes none); the property
-        # naming them is part of the commit plan
-        hashes = connect_schemas.store(uri, newest_schemas) if newest_schemas else {}
-        schemas_property = connect_schemas.decide(
-            connect_schemas.recorded(look.properties), batch_id, hashes
-        )
         commit = plan_commit(
             look=look,
             plan=plan,
             decision=decision,
-            rows=stats,
+            rows=prepared.stats,
             batch_id=batch_id,
             pipeline_id=self.pipeline_id,
             end_offsets=end_offsets,
             now_iso=now_iso(),
-            connect_schemas=schemas_property,
+            connect_schemas=prepared.connect_schemas,
         )
-        if staged is not None and not commit.data_only:
+        if staged is not None and not commit.takes_staged(staged.creates):
             staged.discard()
             staged = None
         if commit.changes_nothing:

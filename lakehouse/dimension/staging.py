@@ -28,20 +28,28 @@ MAX_FILES = 2
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A target's part of a batch before its commit: the plan, its rows and dead letters,
-    what the rows hold, and their files when they are written already."""
+    what the rows hold, their files when they are written already, and the value of
+    ``lakehouse.connect.schemas`` the batch sets (None: unchanged;
+    :func:`lakehouse.dimension.connect_schemas.decide`)."""
 
     plan: TargetPlan
     frames: TargetFrames
     stats: RowStats
     staged: delta.StagedAppend | None = None
+    connect_schemas: str | None = None
 
 
 def stage_rows(
-    rows: DataFrame, uri: str, txn: tuple[str, int]
+    rows: DataFrame,
+    uri: str,
+    txn: tuple[str, int],
+    *,
+    create: Mapping[str, str] | None = None,
 ) -> tuple[delta.StagedAppend | None, RowStats | None]:
     """Write ``rows``' files (at most :data:`MAX_FILES`) to the table ``uri`` for the
     idempotent transaction ``txn``, uncommitted, widening its columns where the rows need it
-    (:func:`delta.stage_append`), and what the write observed of them. ``(None, None)``
+    (:func:`delta.stage_append`), and what the write observed of them. ``create``: the
+    table does not exist, and the commit creates it with these properties. ``(None, None)``
     when the table cannot take a staged write (the caller appends at the commit); the
     statistics are None when Spark did not report them (the caller counts the rows)."""
     staged = delta.stage_append(
@@ -51,6 +59,7 @@ def stage_rows(
         schema_mode="widen",
         max_files=MAX_FILES,
         observe=_row_stat_columns(),
+        create=create,
     )
     observed = staged.metrics() if staged is not None else None
     return staged, None if observed is None else _stats_of(observed)

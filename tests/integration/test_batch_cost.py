@@ -18,7 +18,7 @@ from helpers import data_commit_of_batch, raw_records
 
 from lakehouse import delta
 from lakehouse.dimension import BuildSink, BuildTarget
-from lakehouse.dimension.layout import META_BATCH_ID
+from lakehouse.dimension.layout import META_BATCH_ID, PROP_PRIMARY_KEY, PROP_TABLE_KIND
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.testing.debezium import DebeziumTable
 
@@ -38,7 +38,8 @@ def _cdc(spark, messages, first_offset):
 
 @pytest.fixture(scope="module")
 def rates(spark, tmp_path_factory):
-    """A build table ingested by the real sink, and the cost of its steady-state batches."""
+    """A build table ingested by the real sink, and the cost of its batches: the first (which
+    creates the table), then the steady-state ones."""
     root = tmp_path_factory.mktemp("cost")
     uri = str(root / "rates")
     table = DebeziumTable("public", "rates", key="currency", start_ms=1_000, step_ms=10)
@@ -48,8 +49,9 @@ def rates(spark, tmp_path_factory):
         pipeline_id="cost-ingest",
     )
     snapshot = table.snapshot([{"currency": c, "rate": "1.0"} for c in CODES])
-    sink.process(_cdc(spark, snapshot, 0), 0)
-    costs = []
+    with BatchCost(spark) as first:
+        sink.process(_cdc(spark, snapshot, 0), 0)
+    costs = [first]
     offset = len(snapshot)
     with generated_code(spark):
         for b in (1, 2):
@@ -120,8 +122,24 @@ def _batches(spark, op, n=3):
     return costs[1:]  # batch 0 creates the tables
 
 
-def test_an_ingest_batch_reads_the_build_table_log_once(rates):
+def test_a_table_s_first_batch_creates_it_with_its_rows_in_one_commit(rates):
     _, uri, costs = rates
+    first = costs[0]
+    # the rows staged and counted by their write, whose commit creates the table: no job of
+    # its own counts them, no empty commit precedes them, Delta rebuilds no state. The jobs:
+    # the decode's first look at the batch's schemas, the summary, the write, and the job of
+    # no task that Delta's first commit of a table runs (a plain DataFrameWriter's too)
+    assert first.jobs <= 4 and first.delta_jobs == 0, first.descriptions
+    created = delta.commit_info(uri, 0)
+    assert created is not None and created.rows == len(CODES), created
+    assert created.app_transactions == {"cost-ingest": 0}
+    props = delta.get_properties(uri, version=0)
+    assert props[PROP_PRIMARY_KEY] == "currency" and props[PROP_TABLE_KIND] == "build"
+
+
+def test_an_ingest_batch_reads_the_build_table_log_once(rates):
+    _, uri, all_costs = rates
+    costs = all_costs[1:]
     for cost in costs:
         assert cost.log_reads == {uri: 1}, cost.log_reads
         # no rebuild of the table's state: the write's transaction is answered from the

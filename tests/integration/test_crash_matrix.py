@@ -93,7 +93,18 @@ def _ingest_steps(inputs: Path, *, batches_only: int | None = None) -> list[Step
         ]
     return [
         Step(
-            "ingest", lambda r: [*build, str(r.config)], scenario.stream(start_ingest), write(0, 6)
+            "ingest",
+            lambda r: [*build, str(r.config)],
+            scenario.stream(start_ingest),
+            write(0, 6),
+            # a log checkpoint every 8 versions of the tables the killed runs create, so that
+            # one falls on a data commit (delta.checkpoint): the build table's version 8 is
+            # batch 3's
+            env={
+                "LAKEHOUSE_SPARK_CONF": _with_conf(
+                    "spark.databricks.delta.properties.defaults.checkpointInterval=8"
+                )
+            },
         ),
         Step(
             "schema-resolve",
@@ -199,6 +210,10 @@ INGEST_CHAINS: dict[str, dict[int, tuple[str, ...]]] = {
         0: (
             "batch.start@0",
             "ingest.after_dead_letters@0",
+            # the build table's first rows are staged, not yet committed by the commit that
+            # creates the table (into a log folder without a commit, see below)
+            "delta.before_commit@0",
+            # the idle table: its empty commit made, its properties not yet
             "create.before_properties@0",
             # batch 1's rows are staged (written before the dead letters), not yet committed
             "delta.before_commit@1",
@@ -209,10 +224,12 @@ INGEST_CHAINS: dict[str, dict[int, tuple[str, ...]]] = {
     },
     "resnapshot-block-maintenance": {
         0: (
+            # the idle table created, its first (empty) data commit not yet
             "ingest.after_create@0",
             "ingest.after_resnapshot_start@3",
-            # batch 3's data commit is the build table's version 10: its log checkpoint is
-            # written beside the next batch, and the process dies before it is
+            # batch 3's data commit is the build table's version 8 (a checkpoint due, see
+            # _ingest_steps): its log checkpoint is written beside the next batch, and the
+            # process dies before it is
             "delta.checkpoint@3",
             "delta.before_commit@4",
             "ingest.after_data@4",
@@ -247,8 +264,13 @@ JOIN_CHAINS: dict[str, tuple[str, dict[int, tuple[str, ...]]]] = {
 
 
 #: Against object storage (no atomic rename; Delta's S3 log store writes a commit with a
-#: single PUT): the table's creation and its first commits.
-S3_CHAIN: tuple[str, ...] = ("create.before_properties@0", "ingest.after_data@0")
+#: single PUT): the tables' creation (the build table's by its first rows' commit, the idle
+#: table's in two commits) and the first commits.
+S3_CHAIN: tuple[str, ...] = (
+    "delta.before_commit@0",
+    "create.before_properties@0",
+    "ingest.after_data@0",
+)
 
 
 def test_every_failpoint_is_in_the_matrix():
