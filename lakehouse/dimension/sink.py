@@ -12,11 +12,12 @@ decides from, decides in pure code, then writes:
    for everything), decides each table's columns and projects the events onto the build
    table layout (:mod:`.plan`, :mod:`.layout`), decides its snapshot signals
    (:mod:`.signals`) and its commit (:mod:`.commit`);
-4. writes each existing target's rows as data files on the snapshot of its look, counting
-   them as they are written (:func:`lakehouse.delta.stage_append`), appends rejected records
-   to the dead-letter table (:mod:`.rejects`), then commits each target's versions, each
-   with the idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch
-   id, build watermark, max event time, end offsets, row count);
+4. writes each target's rows as data files on the snapshot of its look, counting them as
+   they are written (:func:`lakehouse.delta.stage_append`), appends rejected records to the
+   dead-letter table (:mod:`.rejects`), then commits each target's versions, each with the
+   idempotent transaction ``(pipeline_id, batch_id)`` and commit metadata (batch id, build
+   watermark, max event time, end offsets, row count); a table the batch's rows are the
+   first of is created by their commit, with its properties;
 5. sets the snapshot-complete marker of a target whose snapshot ended (its signal is now
    covered), as a separate commit **after** the data commit; clears it, as a commit
    **before** the data commit, when a re-snapshot starts.
