@@ -76,7 +76,9 @@ def _row_stat_columns() -> list[Column]:
     """A table's :class:`RowStats` as aggregate expressions over its rows of the batch."""
     from pyspark.sql import functions as F
 
-    return [F.max(EVENT_TIME).alias("m"), F.count(F.lit(1)).alias("n")]
+    # epoch milliseconds, not a timestamp: PySpark 4.0's Observation.get hands values over
+    # as py4j gives them (a timestamp as a Java object)
+    return [F.unix_millis(F.max(EVENT_TIME)).alias("m"), F.count(F.lit(1)).alias("n")]
 
 
 def _stats_of(agg: Mapping[str, Any]) -> RowStats:
@@ -84,5 +86,5 @@ def _stats_of(agg: Mapping[str, Any]) -> RowStats:
     biggest = agg["m"]
     return RowStats(
         count=int(agg["n"]),
-        max_event_time_ms=None if biggest is None else int(biggest.timestamp() * 1000),
+        max_event_time_ms=None if biggest is None else int(biggest),
     )
