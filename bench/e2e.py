@@ -671,7 +671,10 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
     connector (one ``[[ingest.tables]]`` each), 400 CDC events per batch, spread over every
     table (``touch: "all"``) or all of one table's (``touch: "one"``); after each table's
     snapshot and the batch after it, ``batches`` steady batches are timed and counted.
-    ``parallelism``: the sink's ``table_parallelism`` (default 4)."""
+    ``parallelism``: the sink's ``table_parallelism`` (default 4). ``topics``: ``"one"`` (every
+    table's records in one topic, the batch in Spark's default two partitions) or
+    ``"per_table"`` (Debezium's topic per table, one input partition each, as Spark's Kafka
+    source plans a batch: one per topic-partition it read)."""
     from datetime import UTC, datetime
 
     from pyspark.sql.types import StructType
@@ -687,16 +690,27 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
     schema = StructType.fromDDL(RAW_SCHEMA_DDL)
     names = [f"t{i:03d}" for i in range(spec["tables"])]
     per_batch = spec.get("events", 400)
-    offset = [0]
+    per_table = spec.get("topics", "one") == "per_table"
+    offsets: dict[str, int] = {}
 
     def raw(messages: list[Any]) -> Any:
         now = datetime.now(UTC)
-        rows = [
-            (m.key_bytes(), m.value_bytes(), "dbserver1", 0, offset[0] + i, now, 0)
-            for i, m in enumerate(messages)
-        ]
-        offset[0] += len(messages)
-        return spark.createDataFrame(rows, schema)
+        by_topic: dict[str, list[Any]] = {}
+        for m in messages:
+            table = m.value["payload"]["source"]["table"]
+            topic = f"dbserver1.public.{table}" if per_table else "dbserver1"
+            by_topic.setdefault(topic, []).append(m)
+        rows = []
+        for topic, listed in by_topic.items():
+            start = offsets.get(topic, 0)
+            rows += [
+                (m.key_bytes(), m.value_bytes(), topic, 0, start + i, now, 0)
+                for i, m in enumerate(listed)
+            ]
+            offsets[topic] = start + len(listed)
+        if not per_table:
+            return spark.createDataFrame(rows, schema)
+        return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(by_topic)), schema)
 
     debezium = {
         n: DebeziumTable("public", n, key="currency", start_ms=EPOCH0_MS, step_ms=10) for n in names
@@ -734,6 +748,7 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         "tables": len(names),
         "touch": spec.get("touch", "all"),
         "parallelism": sink.table_parallelism,
+        "topics": "per_table" if per_table else "one",
         "batches": out,
     }
 

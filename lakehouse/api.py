@@ -305,6 +305,7 @@ def ingest_cdc(
         pipeline_id=options.pipeline_id,
         max_record_bytes=options.max_record_bytes,
         table_parallelism=options.table_parallelism,
+        decode_tasks=options.decode_tasks,
         on_batch=on_batch,
         offsets_probe=probe,
     )

@@ -310,6 +310,13 @@ class IngestOptions(_Model):
     """How many build tables a batch works on at once: their reads of the Delta log, plans,
     statistics, writes, commits and markers overlap, and Spark runs their jobs side by side.
     `1` works through the tables one by one."""
+    decode_tasks: int | None = Field(default=None, ge=1)
+    """The most Spark tasks that decode a batch: its input partitions (Spark's Kafka source
+    plans one per topic-partition read, and a connector writes a topic per table) are merged,
+    without a shuffle, into at most this many. Each task generates the decode's code for
+    every Connect schema seen, a cost per task and not per record. Unset: Spark's default
+    parallelism, the cores the application has when the batch starts; on a cluster that
+    scales its executors with the work, set the cores it may scale to."""
 
     @field_validator("tables")
     @classmethod

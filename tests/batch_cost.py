@@ -38,6 +38,8 @@ class BatchCost:
         delta_jobs: Delta's jobs (state reconstruction, file listing for a query).
         log_reads: per table URI, the times its log was read.
         descriptions: each job's description, in job id order.
+        tasks: each job's tasks run (its stages' tasks, none of a stage it skipped), in job
+            id order.
         compiles: the classes Spark's code generation compiled (Janino), in this JVM: a
             batch that compiles none ran code compiled for an earlier batch.
     """
@@ -47,6 +49,7 @@ class BatchCost:
     delta_jobs: int = 0
     log_reads: dict[str, int] = field(default_factory=dict)
     descriptions: list[str] = field(default_factory=list)
+    tasks: list[int] = field(default_factory=list)
     compiles: int = 0
 
     def __enter__(self) -> BatchCost:
@@ -79,6 +82,7 @@ class BatchCost:
             if start.isDefined() and end.isDefined():
                 seconds = f" | {(end.get().getTime() - start.get().getTime()) / 1000:.2f} s"
             self.descriptions.append(f"{description} | {job.name()}{seconds}")
+            self.tasks.append(int(job.numCompletedTasks()))
             if "Delta:" in description:
                 self.delta_jobs += 1
             else:

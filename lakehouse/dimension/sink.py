@@ -159,6 +159,12 @@ class BuildSink:
             statistics, writes, commits and markers; :func:`lakehouse.parallel.map_tables`).
             Each table's work is idempotent on its own, so the order in which tables commit
             is not part of the exactly-once argument; 1 works through them one by one.
+        decode_tasks: the most Spark tasks that decode a batch (and write each table's rows
+            from it): the batch's input partitions are merged, without a shuffle, into at
+            most this many. None: Spark's default parallelism (the cores the application
+            has). Every task generates the decode's code for each Connect schema known, a
+            cost per task and not per record, so a batch read as one partition per topic of
+            a many-table connector paid it once per topic.
     """
 
     def __init__(
@@ -172,6 +178,7 @@ class BuildSink:
         offsets_probe: OffsetsProbe | None = None,
         planned_offsets: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
         table_parallelism: int = 4,
+        decode_tasks: int | None = None,
     ) -> None:
         if not targets:
             raise ConfigError("a build sink needs at least one target table", setting="targets")
@@ -201,6 +208,11 @@ class BuildSink:
                 setting="table_parallelism",
             )
         self.table_parallelism = table_parallelism
+        if decode_tasks is not None and decode_tasks < 1:
+            raise ConfigError(
+                f"decode_tasks must be at least 1, got {decode_tasks}", setting="decode_tasks"
+            )
+        self.decode_tasks = decode_tasks
         self.signal_topics = tuple(sorted({t for x in targets for t in x.snapshot.topics}))
         self._markers_checked = False
         #: the Connect schemas the JVM decode knows, learned batch by batch
@@ -243,6 +255,10 @@ class BuildSink:
 
         from pyspark.sql import functions as F
 
+        # Spark's Kafka source plans a task per topic-partition read, and a connector's topics
+        # are one per table; the decode's projections are too wide for whole-stage codegen, so
+        # every task generates their code (all known schemas') again: per task, not per record
+        df = df.coalesce(self.decode_tasks or df.sparkSession.sparkContext.defaultParallelism)
         data, signal_df = df, None
         if self.signal_topics:
             is_signal = F.col("topic").isin(*self.signal_topics)
