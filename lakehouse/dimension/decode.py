@@ -227,7 +227,10 @@ def _complete_batches(
 ) -> Any:
     """``mapInArrow`` function: decode in Python the records the JVM left undecoded (NULL
     ``_kind``), in stream order; the records it decoded pass through, moving their table on
-    to their schema as they go (a later record without a schema is read with it). The columns
+    to their schema as they go (a later record of the same source partition without a schema
+    is read with it). The order is each source partition's (topic and partition): a Spark
+    partition may hold several (the sink merges them into fewer tasks), one after the
+    other, and each starts from the tables' recorded schemas. The columns
     ``passed`` (the typed row images, NULL for a record decoded here) pass through. ``marks``:
     the schema texts of the JVM's ``_connect_schema`` marks
     (:meth:`~lakehouse.dimension.jvm_decode.WireSchemas.marks`). A record decoded here says
@@ -238,19 +241,27 @@ def _complete_batches(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        # per Spark partition, in its order: each starts from the table's recorded schemas
-        schemas: dict[str, SchemaHandle] = {}
+        # per source partition, in its order: each starts from the table's recorded schemas
         starts: dict[str, SchemaHandle] = {}
         marked: dict[str, SchemaHandle] = {}  # by mark, parsed when first met
         for table, text in schema_texts.items():
             with contextlib.suppress(CdcDecodeError):  # kept texts were whole schemas
-                starts[table] = schemas[table] = parse_schema(text)
+                starts[table] = parse_schema(text)
+        newest: dict[tuple[str, int], dict[str, SchemaHandle]] = {}
         for batch in batches:
             kinds = batch.column("_kind").to_pylist()
             columns = {name: batch.column(name).to_pylist() for name in _OUT_FIELDS}
             values = batch.column("value").to_pylist()
             keys = batch.column("key").to_pylist()
-            for i, kind in enumerate(kinds):
+            sources = zip(
+                batch.column("topic").to_pylist(),
+                batch.column("partition").to_pylist(),
+                strict=True,
+            )
+            for i, (kind, source) in enumerate(zip(kinds, sources, strict=True)):
+                schemas = newest.get(source)
+                if schemas is None:
+                    schemas = newest[source] = dict(starts)
                 if kind is None:
                     decoded = decode_record(
                         values[i], keys[i], max_bytes=max_bytes, schemas=schemas

@@ -274,3 +274,33 @@ def test_fifty_megabyte_strings_are_too_large_by_default_and_decode_when_allowed
     assert row["_error_kind"] == "too_large" and "ingest.max_record_bytes" in row["_error"]
     big = decode_record(huge, None, max_bytes=64 * 1024 * 1024)
     assert big["_kind"] == "change" and len(big["_row_json"]) > 50 * 1024 * 1024
+
+
+def test_a_record_without_a_schema_is_read_with_its_own_source_partition_s_schema():
+    """A Spark partition may hold several source partitions, one after the other (the sink
+    merges a batch's input partitions into one task per core): a record without a Connect
+    schema is read with the newest schema of the earlier records of its own topic-partition,
+    from its table's recorded one, never with the one another partition moved on to."""
+    from lakehouse.testing.debezium import DebeziumTable
+
+    table = DebeziumTable("public", "rates", key="currency", start_ms=1_000)
+    first = table.update({"currency": "C1", "rate": "1"}).value
+    recorded = first["schema"]
+    wider = copy.deepcopy(recorded)
+    for image in (f for f in wider["fields"] if f["field"] in ("before", "after")):
+        image["fields"].append({"type": "string", "optional": True, "field": "note"})
+    payload = {**first["payload"], "after": {**first["payload"]["after"], "note": "x"}}
+    moved = json.dumps({"schema": wider, "payload": payload}).encode()
+    bare = json.dumps(table.update({"currency": "C2", "rate": "2"}).value["payload"]).encode()
+    partitions = [0, 1, 0]
+    batch = _batch([(None, moved), (None, bare), (None, bare)])
+    batch = batch.set_column(
+        batch.schema.get_field_index("partition"), "partition", pa.array(partitions, pa.int32())
+    )
+    texts = {"public.rates": json.dumps(recorded, separators=(",", ":"))}
+    out = list(_complete_batches(MAX_BYTES, texts)(iter([batch])))
+    rows = [r for b in out for r in b.to_pylist()]
+    assert [r["_kind"] for r in rows] == ["change"] * 3, [r["_error"] for r in rows]
+    columns = [[c for c, _ in json.loads(r["_row_columns"])] for r in rows]
+    assert "note" in columns[0] and "note" in columns[2], columns
+    assert "note" not in columns[1], columns
