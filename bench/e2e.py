@@ -674,43 +674,23 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
     ``parallelism``: the sink's ``table_parallelism`` (default 4). ``topics``: ``"one"`` (every
     table's records in one topic, the batch in Spark's default two partitions) or
     ``"per_table"`` (Debezium's topic per table, one input partition each, as Spark's Kafka
-    source plans a batch: one per topic-partition it read)."""
-    from datetime import UTC, datetime
-
-    from pyspark.sql.types import StructType
-
+    source plans a batch: one per topic-partition it read). ``decode_tasks``: the sink's
+    ``decode_tasks`` (default: twice the cores)."""
     from lakehouse.dimension import BuildSink, BuildTarget
-    from lakehouse.sources.schema import RAW_SCHEMA_DDL
     from lakehouse.testing.debezium import DebeziumTable
     from tests.batch_cost import BatchCost
+    from tests.helpers import connector_records
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)
     spark = _spark("tables", spec.get("spark_conf", {}))
-    schema = StructType.fromDDL(RAW_SCHEMA_DDL)
     names = [f"t{i:03d}" for i in range(spec["tables"])]
     per_batch = spec.get("events", 400)
-    per_table = spec.get("topics", "one") == "per_table"
+    topic = None if spec.get("topics", "one") == "per_table" else "dbserver1"
     offsets: dict[str, int] = {}
 
     def raw(messages: list[Any]) -> Any:
-        now = datetime.now(UTC)
-        by_topic: dict[str, list[Any]] = {}
-        for m in messages:
-            table = m.value["payload"]["source"]["table"]
-            topic = f"dbserver1.public.{table}" if per_table else "dbserver1"
-            by_topic.setdefault(topic, []).append(m)
-        rows = []
-        for topic, listed in by_topic.items():
-            start = offsets.get(topic, 0)
-            rows += [
-                (m.key_bytes(), m.value_bytes(), topic, 0, start + i, now, 0)
-                for i, m in enumerate(listed)
-            ]
-            offsets[topic] = start + len(listed)
-        if not per_table:
-            return spark.createDataFrame(rows, schema)
-        return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(by_topic)), schema)
+        return connector_records(spark, messages, offsets, topic=topic)
 
     debezium = {
         n: DebeziumTable("public", n, key="currency", start_ms=EPOCH0_MS, step_ms=10) for n in names
@@ -723,6 +703,7 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         dead_letter_table=str(root / "dlq"),
         pipeline_id="bench-tables",
         table_parallelism=spec.get("parallelism", 4),
+        decode_tasks=spec.get("decode_tasks"),
     )
     codes = [f"C{i:02d}" for i in range(20)]
     snapshot = [
@@ -748,7 +729,7 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         "tables": len(names),
         "touch": spec.get("touch", "all"),
         "parallelism": sink.table_parallelism,
-        "topics": "per_table" if per_table else "one",
+        "topics": "one" if topic else "per_table",
         "batches": out,
     }
 

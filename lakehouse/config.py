@@ -314,9 +314,10 @@ class IngestOptions(_Model):
     """The most Spark tasks that decode a batch: its input partitions (Spark's Kafka source
     plans one per topic-partition read, and a connector writes a topic per table) are merged,
     without a shuffle, into at most this many. Each task generates the decode's code for
-    every Connect schema seen, a cost per task and not per record. Unset: Spark's default
-    parallelism, the cores the application has when the batch starts; on a cluster that
-    scales its executors with the work, set the cores it may scale to."""
+    every Connect schema seen, a cost per task and not per record. Unset: twice Spark's
+    default parallelism (two tasks per core the application has when the batch starts: one
+    computes while the other waits on its source); on a cluster that scales its executors
+    with the work, set twice the cores it may scale to."""
 
     @field_validator("tables")
     @classmethod

@@ -183,6 +183,38 @@ def raw_records(
     return spark.createDataFrame(rows, StructType.fromDDL(RAW_SCHEMA_DDL))
 
 
+def connector_records(
+    spark: Any, messages: Iterable[Any], offsets: dict[str, int], *, topic: str | None = None
+) -> Any:
+    """Debezium messages (:class:`lakehouse.testing.debezium.Message`) in the sources' raw
+    schema, as Spark's Kafka source reads a connector's topics: a topic per table
+    (``dbserver1.public.<table>``), one input partition per topic. With ``topic``, all of
+    them in that one topic, in Spark's default partitions. ``offsets`` holds each topic's
+    next offset, advanced here."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import StructType
+
+    from lakehouse.sources.schema import RAW_SCHEMA_DDL
+
+    by_topic: dict[str, list[Any]] = {}
+    for m in messages:
+        name = topic or f"dbserver1.public.{m.value['payload']['source']['table']}"
+        by_topic.setdefault(name, []).append(m)
+    rows, now = [], datetime.now(UTC)
+    for name, listed in by_topic.items():
+        first = offsets.get(name, 0)
+        rows += [
+            (m.key_bytes(), m.value_bytes(), name, 0, first + i, now, 0)
+            for i, m in enumerate(listed)
+        ]
+        offsets[name] = first + len(listed)
+    schema = StructType.fromDDL(RAW_SCHEMA_DDL)
+    if topic is not None:
+        return spark.createDataFrame(rows, schema)
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(by_topic)), schema)
+
+
 def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every path into a JSON document (keys and list indexes), the root ``()`` first."""
     out = [prefix]

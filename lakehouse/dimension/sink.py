@@ -161,10 +161,11 @@ class BuildSink:
             is not part of the exactly-once argument; 1 works through them one by one.
         decode_tasks: the most Spark tasks that decode a batch (and write each table's rows
             from it): the batch's input partitions are merged, without a shuffle, into at
-            most this many. None: Spark's default parallelism (the cores the application
-            has). Every task generates the decode's code for each Connect schema known, a
-            cost per task and not per record, so a batch read as one partition per topic of
-            a many-table connector paid it once per topic.
+            most this many. None: twice Spark's default parallelism (two tasks per core the
+            application has: one computes while the other waits on its source). Every task
+            generates the decode's code for each Connect schema known, a cost per task and
+            not per record, so a batch read as one partition per topic of a many-table
+            connector paid it once per topic.
     """
 
     def __init__(
@@ -258,7 +259,7 @@ class BuildSink:
         # Spark's Kafka source plans a task per topic-partition read, and a connector's topics
         # are one per table; the decode's projections are too wide for whole-stage codegen, so
         # every task generates their code (all known schemas') again: per task, not per record
-        df = df.coalesce(self.decode_tasks or df.sparkSession.sparkContext.defaultParallelism)
+        df = df.coalesce(self.decode_tasks or 2 * df.sparkSession.sparkContext.defaultParallelism)
         data, signal_df = df, None
         if self.signal_topics:
             is_signal = F.col("topic").isin(*self.signal_topics)
