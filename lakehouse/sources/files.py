@@ -485,4 +485,62 @@ class FilesDataSource(DataSource):
             ConfigError: invalid options, or a user schema other than the raw schema.
         """
         check_raw_schema(FILES_SOURCE_NAME, schema)
+        _quiet_when_stopped()
         return FilesStreamReader(FilesSourceOptions.from_options(self.options))
+
+
+def _quiet_when_stopped() -> None:
+    """In the Python process that serves the reader (PySpark's stream runner): no traceback
+    when the query stops it.
+
+    A query's stop closes the runner's socket while the runner waits for the next call: its
+    ``read_int`` meets the end of the stream, it tries to send that error to the JVM over the
+    closed socket, and the write fails. The runner's stderr is the Spark application's, so a
+    user who stopped a job (Ctrl-C, SIGTERM) saw two tracebacks of a stop that went as it
+    should. Only that ending is silenced: a socket write that failed while an ``EOFError``
+    was being handled; every other uncaught error is printed as before."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_lakehouse_quiet_stop", False):
+        return
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if _stopped_by_the_jvm(value):
+            return
+        previous(kind, value, tb)
+
+    hook._lakehouse_quiet_stop = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def _stopped_by_the_jvm(error: BaseException) -> bool:
+    """``error`` is a failed socket write of the runner handling the end of its input.
+
+    >>> try:
+    ...     try:
+    ...         raise EOFError
+    ...     except EOFError:
+    ...         raise BrokenPipeError(32, "Broken pipe")
+    ... except BrokenPipeError as e:
+    ...     _stopped_by_the_jvm(e)
+    True
+    >>> _stopped_by_the_jvm(BrokenPipeError(32, "Broken pipe"))
+    False
+    >>> try:
+    ...     try:
+    ...         raise EOFError
+    ...     except EOFError:
+    ...         raise ValueError("bad offset")
+    ... except ValueError as e:
+    ...     _stopped_by_the_jvm(e)
+    False
+    """
+    if not isinstance(error, OSError):  # a broken pipe or a reset, as the JVM closed it
+        return False
+    cause: BaseException | None = error.__context__
+    while cause is not None:
+        if isinstance(cause, EOFError):
+            return True
+        cause = cause.__context__
+    return False
