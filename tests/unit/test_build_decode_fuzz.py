@@ -278,7 +278,7 @@ def test_fifty_megabyte_strings_are_too_large_by_default_and_decode_when_allowed
 
 def test_a_record_without_a_schema_is_read_with_its_own_source_partition_s_schema():
     """A Spark partition may hold several source partitions, one after the other (the sink
-    merges a batch's input partitions into one task per core): a record without a Connect
+    merges a batch's input partitions into two tasks per core): a record without a Connect
     schema is read with the newest schema of the earlier records of its own topic-partition,
     from its table's recorded one, never with the one another partition moved on to."""
     from lakehouse.testing.debezium import DebeziumTable
