@@ -13,6 +13,10 @@ STAMP40 := $(VENV40)/.installed
 # PostgreSQL connector, Hadoop's S3A connector), from the pinned poms in jvm/; spark-4.0: the
 # same for Spark 4.0
 JVM_STAMP := .jvm/.installed
+# lakehouse's own JVM code (jvm/decode: the Debezium decode's Java UDF), built with Maven into
+# the package, where the wheel carries it and lakehouse.spark finds it
+DECODE_JAR := lakehouse/_jars/lakehouse-decode.jar
+DECODE_SOURCES := jvm/decode/pom.xml $(shell find jvm/decode/src -type f 2>/dev/null)
 # The tests that run again on Spark 4.0: the join (both paths), the sources, the Python API and
 # the direct Delta write (delta-spark 4.0 has other constructors)
 TESTS40 := tests/integration/test_join.py tests/integration/test_join_paths.py \
@@ -32,7 +36,7 @@ TESTS40_DESELECT := tests/integration/test_jvm_decode.py::test_an_ingest_writes_
 # servers while the other computes. XDIST="-n 0" runs it in one process.
 XDIST ?= -n 2 --dist worksteal
 
-.PHONY: demo test check docs lint bench soak smoke jvm clean-venv
+.PHONY: demo test check docs lint bench soak smoke jvm wheel clean-venv
 
 $(STAMP): pyproject.toml constraints.txt scripts/check_java.sh
 	@scripts/check_java.sh
@@ -55,12 +59,20 @@ $(JVM_STAMP): jvm/spark/pom.xml jvm/spark-4.0/pom.xml jvm/kafka/pom.xml jvm/conn
 	@scripts/fetch_jvm.sh spark spark-4.0 kafka connect s3
 	@touch $(JVM_STAMP)
 
-jvm: $(JVM_STAMP)
+$(DECODE_JAR): $(DECODE_SOURCES) scripts/build_jar.sh
+	@scripts/check_java.sh
+	@scripts/build_jar.sh jvm/decode $(DECODE_JAR)
 
-demo: $(STAMP) $(JVM_STAMP)
+jvm: $(JVM_STAMP) $(DECODE_JAR)
+
+# The wheel a cluster or Databricks installs (dist/): the package with its own jar in it
+wheel: $(DECODE_JAR)
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+demo: $(STAMP) $(JVM_STAMP) $(DECODE_JAR)
 	$(VENV)/bin/lakehouse demo $(ARGS)
 
-test: $(STAMP) $(STAMP40) $(JVM_STAMP) lint docs
+test: $(STAMP) $(STAMP40) $(JVM_STAMP) $(DECODE_JAR) lint docs
 	$(PY) -m tests.jvm_archive ensure
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(VENV40)/bin/python -m pytest -p no:cacheprovider $(XDIST) $(TESTS40) \
@@ -82,15 +94,15 @@ check: $(STAMP) lint docs
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-bench: $(STAMP) $(JVM_STAMP)
+bench: $(STAMP) $(JVM_STAMP) $(DECODE_JAR)
 	$(PY) -m bench.run $(ARGS)
 
 # Not part of `make test`: 20 minutes of input with SIGKILLs (soak/run.py); ARGS="--minutes 4"
-soak: $(STAMP) $(JVM_STAMP)
+soak: $(STAMP) $(JVM_STAMP) $(DECODE_JAR)
 	$(PY) -m soak.run $(ARGS)
 
-smoke: $(STAMP) $(JVM_STAMP)
+smoke: $(STAMP) $(JVM_STAMP) $(DECODE_JAR)
 	$(VENV)/bin/lakehouse smoke
 
 clean-venv:
-	rm -rf $(VENV) $(VENV40) .jvm
+	rm -rf $(VENV) $(VENV40) .jvm $(DECODE_JAR) jvm/decode/target

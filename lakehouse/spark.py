@@ -57,6 +57,12 @@ KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 _REQUIRED_CLASSES: Mapping[str, str] = {DELTA_CLASS: "delta-spark", KAFKA_CLASS: "spark-sql-kafka"}
 #: Hadoop's S3A filesystem: added from ``<jvm dir>/s3`` when missing (:func:`s3a_jars`).
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+#: lakehouse's own JVM code (``jvm/decode/``): the Debezium decode that runs in Spark's
+#: executors. ``make`` builds the jar into the package, and the wheel carries it.
+DECODE_JAR = Path(__file__).parent / "_jars" / "lakehouse-decode.jar"
+DECODE_CLASS = "dev.lakehouse.decode.DebeziumDecoder"
+#: The version of the decoder's specification this lakehouse writes (the JVM's ``PROTOCOL``).
+DECODE_PROTOCOL = 1
 
 #: Delta's session extension and catalog: path-based SQL (``delta.`/path```), ALTER TABLE.
 DELTA_SESSION_CONF: Mapping[str, str] = {
@@ -270,11 +276,82 @@ def engine_conf(conf: Mapping[str, str]) -> dict[str, str]:
             )
         jars = [*jars, *extra]
     s3a = s3a_jars(classpath)
-    if missing or s3a:
-        out["spark.jars"] = ",".join([*jars, *s3a])
+    decode = [] if classpath_has(DECODE_CLASS, classpath) else own_jars()
+    if missing or s3a or decode:
+        out["spark.jars"] = ",".join([*jars, *s3a, *decode])
     for key, value in DELTA_SESSION_CONF.items():
         out[key] = conf.get(key) or value
     return out
+
+
+def own_jars() -> list[str]:
+    """lakehouse's own jar (:data:`DECODE_JAR`), where this installation has it: a wheel built
+    by ``make wheel``, or a checkout after ``make``."""
+    return [str(DECODE_JAR)] if DECODE_JAR.is_file() else []
+
+
+#: The JVM decoder's class per JVM session (None: not loadable), see :func:`decoder_class`.
+_decoder_classes: dict[str, Any] = {}
+_decoder_lock = threading.Lock()
+
+
+def decoder_class(spark: SparkSession) -> Any:
+    """A maker of lakehouse's JVM decoder (:data:`DECODE_CLASS`) in ``spark``'s JVM: called
+    with the decoder's specification and its output type (JSON texts), it returns the Spark
+    function (a JVM ``UserDefinedFunction``); None when the class cannot be loaded.
+
+    A session lakehouse started has the jar on its classpath (:func:`engine_conf`). Another
+    one (Databricks, a notebook, the Python API's caller) gets it added once, as ``ADD JAR``
+    adds one (the driver's session class loader, and the executors through Spark's file
+    server), where this installation has the jar.
+
+    Raises:
+        EnvironmentSetupError: the class on the classpath is another version's.
+    """
+    key = session_identity(spark)
+    with _decoder_lock:
+        if key not in _decoder_classes:
+            _decoder_classes[key] = _load_decoder(spark)
+        factory = _decoder_classes[key]
+    if factory is None:
+        return None
+    gateway: Any = spark.sparkContext._gateway
+    jvm: Any = spark.sparkContext._jvm
+
+    def make(spec: str, returns: str) -> Any:
+        args = gateway.new_array(jvm.java.lang.Object, 2)
+        args[0], args[1] = spec, returns
+        return factory.invoke(None, args)
+
+    return make
+
+
+def _load_decoder(spark: SparkSession) -> Any:
+    """The decoder's factory method (``java.lang.reflect.Method``), or None."""
+    from py4j.protocol import Py4JError
+
+    jvm: Any = spark.sparkContext._jvm
+    gateway: Any = spark.sparkContext._gateway
+    found = None
+    with contextlib.suppress(Py4JError):
+        found = jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(DECODE_CLASS)
+    if found is None and DECODE_JAR.is_file():
+        with contextlib.suppress(Py4JError):
+            spark.sql(f"ADD JAR '{DECODE_JAR.as_posix()}'")
+            loader = spark._jsparkSession.sharedState().jarClassLoader()
+            found = loader.loadClass(DECODE_CLASS)
+    if found is None:
+        return None
+    protocol = found.getField("PROTOCOL").getInt(None)
+    if protocol != DECODE_PROTOCOL:
+        raise EnvironmentSetupError(
+            f"the JVM decoder on Spark's classpath ({DECODE_CLASS}) speaks protocol {protocol}, "
+            f"this lakehouse {DECODE_PROTOCOL}: it is another version's jar; put this "
+            f"installation's {DECODE_JAR} on the classpath (make builds it) instead"
+        )
+    types = gateway.new_array(jvm.java.lang.Class, 2)
+    types[0] = types[1] = jvm.java.lang.Class.forName("java.lang.String")
+    return found.getMethod("function", types)
 
 
 def s3a_jar_folder() -> Path:

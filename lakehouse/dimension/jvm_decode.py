@@ -1,21 +1,26 @@
-"""The common Debezium record decoded in the JVM: ``from_json`` and Spark SQL conversions, no
-Python per record.
+"""The common Debezium record decoded in the JVM, no Python per record.
 
 :func:`decode_fast` gives every raw record the columns of
 :data:`lakehouse.dimension.decode.DECODED_DDL`, and after them a typed row-image column per
-known schema (:func:`image_columns`), where a record it decodes has its row image. A record
-whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":`` exactly
-as ``JsonConverter`` writes it, see :class:`WireSchemas`) has its payload parsed with its
-schema's wire type (:mod:`lakehouse.cdc.wire`), from the byte after that prefix (the schema,
-most of the record's text, is matched, not parsed again), and converted in Spark SQL
-(:mod:`lakehouse.dimension.jvm_values`); it is
-decoded there only if the JVM is sure to give exactly what the Python decoder gives:
+known schema (:func:`image_columns`), where a record it decodes has its row image. The decode
+itself is lakehouse's own JVM code, a Java UDF of each record's raw bytes
+(``dev.lakehouse.decode.DebeziumDecoder``, ``jvm/decode/``, put on Spark's classpath by
+:func:`lakehouse.spark.decoder_class`). This module tells it what it knows: the Connect schemas
+seen (:class:`WireSchemas`), each compiled in pure Python by :mod:`lakehouse.cdc.wire` (which
+records are eligible and how each column converts: the Python decoder's rules, one definition),
+sent to the JVM once per set of known schemas as a JSON specification (:func:`specification`).
 
-* the text is what ``to_json`` writes of the parsed payload: every field the schema names,
-  in its order, nothing else, no duplicate key, no trailing text, each value of its wire type
-  (so nothing the parse skipped or coerced can differ);
+A record whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":``
+exactly as ``JsonConverter`` writes it) has its payload read from the byte after that prefix
+(the schema, most of the record's text, is matched, not parsed again); it is decoded there only
+if the JVM is sure to give exactly what the Python decoder gives:
+
+* the payload is in the canonical form, exactly what Jackson writes of the values it holds:
+  every field the schema names, in its order, nothing else, no whitespace, no duplicate key,
+  no trailing text, each value of its wire type in the form Jackson writes it (so nothing a
+  parse could skip or coerce can differ);
 * no ``\\uD800``-``\\uDFFF`` escape (a lone surrogate is the Python decoder's ``encoding``
-  error), not over the size limit;
+  error), valid UTF-8, not over the size limit;
 * a row-change ``op`` with its row image, a known snapshot phase, an event time and a
   connector position the Python decoder accepts, a transaction block with its id;
 * every converted value in range (a date, timestamp or decimal the column can hold; strict
@@ -24,21 +29,25 @@ decoded there only if the JVM is sure to give exactly what the Python decoder gi
 
 Any other record gets a NULL ``_kind``; :func:`lakehouse.dimension.decode.decode_raw`
 decodes those in Python (:func:`lakehouse.dimension.decode.decode_record`), in stream order,
-so their kinds, dead-letter reasons and schemas are exactly the Python decoder's.
+so their kinds, dead-letter reasons and schemas are exactly the Python decoder's. Without the
+JVM decoder on Spark's classpath every record takes that path (:func:`decode_fast` says so,
+once per process).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from lakehouse.cdc.decode import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
+from lakehouse import spark as spark_setup
 from lakehouse.cdc.models import SNAPSHOT_PHASES
-from lakehouse.cdc.seq import SEQ_COMPONENT_WIDTH
 from lakehouse.cdc.wire import (
+    Conversion,
     ImagePlan,
     WireEnvelope,
     WireKey,
@@ -46,11 +55,10 @@ from lakehouse.cdc.wire import (
     compile_value,
     schema_prefix,
 )
-from lakehouse.dimension.jvm_values import convert
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = [
@@ -63,7 +71,10 @@ __all__ = [
     "image_groups",
     "row_text",
     "schema_mark",
+    "specification",
 ]
+
+log = logging.getLogger("lakehouse.dimension")
 
 #: The 64-bit xxHash of a record's raw key and value, in the decode: with the record's
 #: position, it finds the record's bytes among the batch's
@@ -71,25 +82,33 @@ __all__ = [
 RAW_HASH: Final = "_raw_hash"
 #: The typed row-image columns' names start with this (:func:`image_columns`).
 IMAGE_PREFIX: Final = "_image"
-#: Schemas known at most, each of values and of keys (one ``from_json`` branch each).
+#: Schemas known at most, each of values and of keys.
 MAX_KNOWN: Final = 256
 #: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
 MAX_MARKS: Final = 8 * MAX_KNOWN
+#: The JVM decoder's fields, before the image slots (its ``FIELDS``), with their types.
+DECODER_FIELDS: Final = (
+    ("_kind", "string"),
+    ("_op", "string"),
+    ("_source_table", "string"),
+    ("_snapshot_phase", "string"),
+    ("_event_time_ms", "bigint"),
+    ("_seq", "string"),
+    ("_row_columns", "string"),
+    ("_key_columns", "string"),
+    ("_connect_schema", "string"),
+)
 
 _RESERVED: Final = frozenset(c.casefold() for c in LINEAGE_COLUMNS)
-_JSON_OPTIONS: Final = {"mode": "PERMISSIVE", "allowNonNumericNumbers": "false"}
-#: ``substring``'s length up to the end (SQL's own default)
-_TO_END: Final = 2**31 - 1
 _ROW_JSON_OPTIONS: Final = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timeZone": "UTC",
 }
-
-
-#: One step of the decode: a projection (``select``; in :attr:`WireSchemas.plan`, its columns
-#: as one JVM ``Seq``), or a metric collected there (``records``, ``jvm_values``; each a new
-#: :class:`~pyspark.sql.Observation` per batch).
-_Step = tuple[str, tuple[Any, ...]]
+_RAW: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
+_DECODED: Final = "_decoded"
+#: The JVM decoder's typed keys in its output (one per known key schema); only their JSON
+#: text (``_key_json``) is a decoded column.
+_KEY_PREFIX: Final = "_key_image"
 
 
 @dataclass
@@ -101,9 +120,9 @@ class WireSchemas:
 
     values: OrderedDict[str, WireEnvelope | None] = field(default_factory=OrderedDict)
     keys: OrderedDict[str, WireKey | None] = field(default_factory=OrderedDict)
-    #: The decode's projections built for the schemas known last (:func:`decode_fast`), with
-    #: what they were built for.
-    plan: tuple[Any, tuple[_Step, ...]] | None = field(default=None, repr=False, compare=False)
+    #: The JVM decoder and the decode's two projections, built for the schemas known last
+    #: (:func:`decode_fast`), with what they were built for.
+    plan: tuple[Any, _Decoder] | None = field(default=None, repr=False, compare=False)
     #: The text of each mark written, kept longer than the schemas themselves: a batch's
     #: records name a schema that learning the batch's new ones may have pushed out.
     texts: OrderedDict[str, str] = field(default_factory=OrderedDict, repr=False)
@@ -161,92 +180,6 @@ def _compile_value(schema: str) -> WireEnvelope | None:
     return compile_value(schema, reserved=_RESERVED)
 
 
-def _from_json(payload: Column, payload_type: dict[str, Any]) -> Column:
-    """The payload parsed from its text (a record's :func:`_tail`). Text after the payload
-    (the record's closing brace) is not read; :func:`_canonical` checks all of it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    return F.from_json(payload, StructType.fromJson(payload_type), _JSON_OPTIONS)
-
-
-def _tail(raw: str, known: Sequence[str], by: Column) -> Column:
-    """The text of a record (column ``raw``, bytes) after its known schema's prefix (the
-    prefix ``known[by]``, which it starts with): its payload and closing brace. Parsed from
-    there, the record's schema (most of its text) is not read again."""
-    from pyspark.sql import functions as F
-
-    if not known:
-        return F.lit(None).cast("string")
-    start = _by_schema(by, [len(prefix.encode("utf-8")) + 1 for prefix in known])
-    return F.col(raw).substr(start, F.lit(_TO_END)).cast("string")
-
-
-def _whole(raw: str, known: Sequence[str], by: Column, tail: str) -> Column:
-    """A record's raw bytes (column ``raw``) where they were kept, else put together again
-    from its known schema's prefix (``known[by]``) and its :func:`_tail`: the same bytes (a
-    cast between binary and string keeps every byte)."""
-    from pyspark.sql import functions as F
-
-    if not known:
-        return F.col(raw)
-    prefix = _by_schema(by, [text.encode("utf-8") for text in known])
-    return F.coalesce(F.col(raw), F.concat(prefix, F.col(tail).cast("binary")))
-
-
-def _by_schema(by: Column, literals: Sequence[Any]) -> Column:
-    """``literals[by]``: the literal of a record's known schema (NULL for none)."""
-    from pyspark.sql import functions as F
-
-    picked = F.when(by == 0, F.lit(literals[0]))
-    for i, literal in enumerate(literals[1:], start=1):
-        picked = picked.when(by == i, F.lit(literal))
-    return picked
-
-
-def _written_back(parsed: Column) -> Column:
-    """The parsed payload written back as JSON, and the wrapper's closing brace."""
-    from pyspark.sql import functions as F
-
-    return F.concat(F.to_json(parsed, {"ignoreNullFields": "false"}), F.lit("}"))
-
-
-def _canonical(tail: Column, written: Column) -> Column:
-    """The record's text after its schema's prefix (:func:`_tail`) is exactly ``written``
-    (the parsed payload written back, :func:`_written_back`): nothing the parse skipped,
-    coerced or stopped at (malformed text, text after the payload) can differ, and the
-    record is what ``to_json`` of its decoded payload gives. NULL for a record of another
-    schema (its ``written`` is NULL), as each schema's parse is."""
-    return (
-        (tail == written)
-        # a \uD800-\uDFFF escape makes the text differ from what Jackson writes back; this
-        # holds also if a Jackson version wrote a lone surrogate as its escape
-        & ~_surrogate(written)
-    )
-
-
-def _in(value: Column, lo: int, hi: int) -> Column:
-    return value.isNull() | value.between(lo, hi)
-
-
-def _image(
-    image: ImagePlan, struct: Column, converted: list[str], *, as_json: bool = False
-) -> tuple[Column, Column]:
-    """``(row, fits)`` of a row image whose converted values are the columns ``converted``:
-    the row as a struct of the column types (as JSON text with ``as_json``; NULL image: NULL
-    row, fits)."""
-    from pyspark.sql import functions as F
-
-    values, fits = [], F.lit(True)
-    for (name, _), column in zip(image.columns, converted, strict=True):
-        values.append(F.col(column).alias(name))
-        fits = fits & (struct[name].isNull() | F.col(column).isNotNull())
-    row = F.struct(*values)
-    if as_json:
-        row = F.to_json(row, _ROW_JSON_OPTIONS)
-    return F.when(struct.isNotNull(), row), struct.isNull() | fits
-
-
 def image_columns(schema: StructType) -> list[tuple[str, StructType]]:
     """The typed row-image columns of a decoded frame's ``schema``: name and row type, one
     per known value schema (two when its ``before`` and ``after`` differ in type). A record
@@ -293,197 +226,145 @@ def row_text(images: Sequence[tuple[str, StructType]]) -> Column:
     )
 
 
-def _field(struct: Column, fields: Mapping[str, str], name: str, cast: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return struct[name] if name in fields else F.lit(None).cast(cast)
+# ------------------------------------------------------------------ the JVM decoder's input
 
 
-def _padded(number: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.lpad(number.cast("string"), SEQ_COMPONENT_WIDTH, "0")
-
-
-def _position(source: Column, fields: Mapping[str, str]) -> tuple[Column, Column]:
-    """``(seq, ok)``: the connector position as :func:`lakehouse.cdc.seq.position_seq` writes
-    it, for PostgreSQL, MySQL and MariaDB (other connectors with a position: not ok)."""
-    from pyspark.sql import functions as F
-
-    connector = _field(source, fields, "connector", "string")
-    lsn = _field(source, fields, "lsn", "long")
-    file = _field(source, fields, "file", "string")
-    pos = _field(source, fields, "pos", "long")
-    row = F.coalesce(_field(source, fields, "row", "long"), F.lit(0))
-    number = F.regexp_extract(file, r"([0-9]+)\z", 1)
-    file_number = number.try_cast("decimal(20,0)")
-    binlog = file.isNotNull() & (number != "") & pos.isNotNull()
-    mysql = connector.isin("mysql", "mariadb")
-    seq = F.when((connector == "postgresql") & lsn.isNotNull(), _padded(lsn)).when(
-        mysql & binlog,
-        F.concat_ws(".", _padded(file_number), _padded(pos), _padded(row)),
-    )
-    ok = (
-        F.when(connector == "postgresql", lsn.isNull() | (lsn >= 0))
-        .when(mysql, ~binlog | (file_number.isNotNull() & (pos >= 0) & (row >= 0)))
-        .when(connector.isin("sqlserver", "oracle"), F.lit(False))
-        .otherwise(F.lit(True))
-    )
-    return seq, ok
+def _image_type(image: ImagePlan, wire: Mapping[str, Any]) -> dict[str, Any]:
+    """The Spark type (JSON form) of a row image the JVM converted: each column's type
+    follows from its conversion and, for an unconverted value, its wire type."""
+    wire_types = {f["name"]: f["type"] for f in wire["fields"]}
+    return {
+        "type": "struct",
+        "fields": [
+            {"name": n, "type": _converted_type(c, wire_types[n]), "nullable": True, "metadata": {}}
+            for n, c in image.columns
+        ],
+    }
 
 
-def _snapshot(source: Column, fields: Mapping[str, str]) -> tuple[Column, Column]:
-    """``(phase, ok)``: ``source.snapshot`` normalised as the models normalise it."""
-    from pyspark.sql import functions as F
-
-    kind = fields.get("snapshot")
-    if kind is None:
-        return F.lit("false"), F.lit(True)
-    value = source["snapshot"]
-    if kind == "boolean":
-        return F.when(value, F.lit("true")).otherwise(F.lit("false")), F.lit(True)
-    ok = value.isNull() | value.isin(*sorted(SNAPSHOT_PHASES))
-    return F.coalesce(value, F.lit("false")), ok
-
-
-def _source_table(source: Column, fields: Mapping[str, str]) -> Column:
-    from pyspark.sql import functions as F
-
-    table = _field(source, fields, "table", "string")
-    if fields.get("collection") == "string":
-        table = F.coalesce(table, source["collection"])
-    prefix = F.coalesce(
-        _field(source, fields, "schema", "string"), _field(source, fields, "db", "string")
-    )
-    return F.when(table.isNotNull(), F.concat_ws(".", prefix, table))
+def _converted_type(conversion: Conversion, wire: str) -> str:
+    if isinstance(conversion, tuple):
+        _, precision, scale = conversion
+        return f"decimal({precision},{scale})"
+    return {
+        "same": wire,
+        "base64": "binary",
+        "date": "date",
+        "ts_millis": "timestamp",
+        "ts_micros": "timestamp",
+        "ts_nanos": "timestamp",
+        "zoned": "timestamp",
+        "time_millis": "long",
+        "time_nanos": "long",
+    }[conversion]
 
 
-def _converted(name: str, image: ImagePlan) -> list[str]:
-    """The names of the columns that hold an image's converted values."""
-    return [f"{name}_{i}" for i in range(len(image.columns))]
+def _image_spec(image: ImagePlan | None) -> dict[str, Any] | None:
+    if image is None:
+        return None
+    columns = [[n, list(c) if isinstance(c, tuple) else c] for n, c in image.columns]
+    return {"columns": columns, "rowColumns": image.row_columns}
 
 
-def _conversions(name: str, image: ImagePlan, struct: Column) -> list[Column]:
-    return [
-        convert(struct[column], conversion).alias(alias)
-        for (column, conversion), alias in zip(image.columns, _converted(name, image), strict=True)
+def _wire_field(payload_type: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    return next(f["type"] for f in payload_type["fields"] if f["name"] == name)
+
+
+def specification(
+    values: Sequence[tuple[str, WireEnvelope]],
+    keys: Sequence[tuple[str, WireKey]],
+    *,
+    max_bytes: int,
+    start: Mapping[str, str],
+) -> tuple[str, dict[str, Any]]:
+    """The JVM decoder's specification (JSON text) for these known value and key schemas
+    (``(prefix, compiled)``, in this order), and the Spark type (JSON form) of its output: the
+    fields :data:`DECODER_FIELDS`, then each value schema's row-image columns (named as
+    :func:`image_columns` finds them: ``_image<i>``, or ``_image<i>a`` and ``_image<i>b`` when
+    ``before`` and ``after`` differ in type), then each key schema's typed key (``_key_image<j>``).
+    ``start``: the tables' Connect schema texts at the start of the batch (a record of its
+    table's start schema says ``''`` in ``_connect_schema``, else :func:`schema_mark`).
+
+    >>> text = json.dumps({"type": "struct", "fields": [
+    ...     {"field": "after", "type": "struct", "optional": True, "fields": [
+    ...         {"field": "id", "type": "int32"}]},
+    ...     {"field": "op", "type": "string"}]})
+    >>> prefix = '{"schema":' + text + ',"payload":'
+    >>> spec, output = specification([(prefix, compile_value(text))], [], max_bytes=99, start={})
+    >>> [f["name"] for f in output["fields"]][-2:]
+    ['_connect_schema', '_image0a']
+    >>> json.loads(spec)["values"][0]["after"]
+    {'columns': [['id', 'same']], 'rowColumns': '[["id", "int"]]'}
+    """
+    fields: list[dict[str, Any]] = [
+        {"name": n, "type": t if t != "bigint" else "long", "nullable": True, "metadata": {}}
+        for n, t in DECODER_FIELDS
     ]
 
+    def slot(name: str, type_: dict[str, Any]) -> int:
+        fields.append({"name": name, "type": type_, "nullable": True, "metadata": {}})
+        return len(fields) - 1
 
-def _value_output(
-    i: int, envelope: WireEnvelope, start: Mapping[str, str]
-) -> tuple[dict[str, Column], Column, dict[str, Column]]:
-    """The decoded fields of records of value schema ``i``, whether the JVM decodes the
-    record exactly, and its typed row-image columns (by name, see :func:`image_columns`)."""
-    from pyspark.sql import functions as F
-
-    payload = F.col(f"_v{i}")
-    op = payload["op"]
-    source = payload["source"] if envelope.source_fields else F.lit(None)
-    source_fields = envelope.source_fields
-    table = _source_table(source, source_fields)
-    snapshot, snapshot_ok = _snapshot(source, source_fields)
-    event_time = F.coalesce(
-        _field(source, source_fields, "ts_ms", "long"),
-        _field(payload, envelope.envelope_fields, "ts_ms", "long"),
-    )
-    seq, seq_ok = _position(source, source_fields)
-    row_op = op.isin("r", "c", "u")
-    empty = F.lit("[]")
-    if envelope.same_images and envelope.after is not None:
-        image = F.col(f"_v{i}image")
-        row, fits = _image(envelope.after, image, _converted(f"_v{i}i", envelope.after))
-        columns = F.lit(envelope.after.row_columns)
-        image_ok = F.when(row_op, image.isNotNull() & fits).when(op == "d", fits)
-        image_ok = image_ok.otherwise(F.lit(True))
-        images = {f"{IMAGE_PREFIX}{i}": F.when(row_op | (op == "d"), row)}
-        row_columns = (
-            F.when(row_op, columns).when((op == "d") & image.isNotNull(), columns).otherwise(empty)
+    value_specs = []
+    for i, (prefix, w) in enumerate(values):
+        spec: dict[str, Any] = {
+            "prefix": prefix,
+            "payload": w.payload_type,
+            "after": _image_spec(w.after),
+            "before": _image_spec(w.before),
+            "sameImages": w.same_images,
+            "hasTransaction": w.has_transaction,
+            "sameTables": sorted(t for t, text in start.items() if text == w.text),
+            "mark": schema_mark(w.text),
+        }
+        if w.same_images and w.after is not None:
+            after = _image_type(w.after, _wire_field(w.payload_type, "after"))
+            spec["afterSlot"] = spec["beforeSlot"] = slot(f"{IMAGE_PREFIX}{i}", after)
+        else:
+            if w.after is not None:
+                after = _image_type(w.after, _wire_field(w.payload_type, "after"))
+                spec["afterSlot"] = slot(f"{IMAGE_PREFIX}{i}a", after)
+            if w.before is not None:
+                before = _image_type(w.before, _wire_field(w.payload_type, "before"))
+                spec["beforeSlot"] = slot(f"{IMAGE_PREFIX}{i}b", before)
+        value_specs.append(spec)
+    key_specs = []
+    for j, (prefix, k) in enumerate(keys):
+        key_type = _image_type(k.image, k.key_type)
+        key_specs.append(
+            {
+                "prefix": prefix,
+                "payload": k.key_type,
+                "image": _image_spec(k.image),
+                "slot": slot(f"{_KEY_PREFIX}{j}", key_type),
+            }
         )
-    else:
-        image_ok, images, row_columns = _images(i, envelope, payload, op)
-    ok = (
-        F.col(f"_v{i}canonical")
-        & op.isin("r", "c", "u", "d", "t")
-        & image_ok
-        & snapshot_ok
-        & seq_ok
-        & _in(event_time, MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS)
+    text = json.dumps(
+        {
+            "protocol": spark_setup.DECODE_PROTOCOL,
+            "maxBytes": max_bytes,
+            "snapshotPhases": sorted(SNAPSHOT_PHASES),
+            "slots": len(fields) - len(DECODER_FIELDS),
+            "values": value_specs,
+            "keys": key_specs,
+        }
     )
-    if envelope.has_transaction:
-        ok = ok & (payload["transaction"].isNull() | payload["transaction"]["id"].isNotNull())
-    same = sorted(t for t, text in start.items() if text == envelope.text)
-    schema = F.when(table.isin(*same), F.lit("")).when(
-        table.isNotNull(), F.lit(schema_mark(envelope.text))
-    )
-    fields: dict[str, Column] = {
-        "_op": op,
-        "_source_table": table,
-        "_snapshot_phase": snapshot,
-        "_event_time_ms": event_time,
-        "_seq": seq,
-        "_row_columns": row_columns,
-        "_connect_schema": schema,
-    }
-    return fields, F.coalesce(ok, F.lit(False)), images
+    return text, {"type": "struct", "fields": fields}
 
 
-def _chosen(payload: Column) -> Column:
-    """The row image a record carries: ``before`` for a delete, else ``after``."""
-    from pyspark.sql import functions as F
-
-    return F.when(payload["op"] == "d", payload["before"]).otherwise(payload["after"])
+# ------------------------------------------------------------------------------- the decode
 
 
-def _images(
-    i: int, envelope: WireEnvelope, payload: Column, op: Column
-) -> tuple[Column, dict[str, Column], Column]:
-    """``(image ok, typed row-image columns, row columns)`` when ``before`` and ``after``
-    differ in type: one image column each (``after`` of a row change, ``before`` of a
-    delete)."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True, slots=True)
+class _Decoder:
+    """The decode's two projections (each a JVM ``Seq`` of columns, made once): the JVM
+    decoder's output beside the raw columns, then the decoded columns out of it."""
 
-    row_op = op.isin("r", "c", "u")
-    empty = F.lit("[]")
-    if envelope.after is not None:
-        after, after_ok = _image(
-            envelope.after, payload["after"], _converted(f"_v{i}a", envelope.after)
-        )
-        after_ok = payload["after"].isNotNull() & after_ok
-        after_columns = F.lit(envelope.after.row_columns)
-    else:
-        after, after_ok, after_columns = F.lit(None), F.lit(False), empty
-    if envelope.before is not None:
-        before, before_ok = _image(
-            envelope.before, payload["before"], _converted(f"_v{i}b", envelope.before)
-        )
-        before_columns = F.when(
-            payload["before"].isNotNull(), F.lit(envelope.before.row_columns)
-        ).otherwise(empty)
-    else:
-        before, before_ok, before_columns = F.lit(None), F.lit(True), empty
-    image_ok = F.when(row_op, after_ok).when(op == "d", before_ok).otherwise(F.lit(True))
-    images = {}
-    if envelope.after is not None:
-        images[f"{IMAGE_PREFIX}{i}a"] = F.when(row_op, after)
-    if envelope.before is not None:
-        images[f"{IMAGE_PREFIX}{i}b"] = F.when(op == "d", before)
-    row_columns = F.when(row_op, after_columns).when(op == "d", before_columns).otherwise(empty)
-    return image_ok, images, row_columns
+    decode: Any
+    columns: Any
 
 
-def _key_output(j: int, key: WireKey) -> tuple[dict[str, Column], Column]:
-    from pyspark.sql import functions as F
-
-    payload = F.col(f"_k{j}")
-    row, fits = _image(key.image, payload, _converted(f"_k{j}k", key.image), as_json=True)
-    ok = F.col(f"_k{j}canonical") & payload.isNotNull() & fits
-    fields = {"_key_json": row, "_key_columns": F.lit(key.image.row_columns)}
-    return fields, F.coalesce(ok, F.lit(False))
-
-
-def _surrogate(text: Column) -> Column:
-    return text.contains("\\ud") | text.contains("\\uD")
+_warned: set[str] = set()
 
 
 def decode_fast(
@@ -492,7 +373,6 @@ def decode_fast(
     *,
     max_bytes: int,
     start: Mapping[str, str],
-    observation: Observation | None = None,
 ) -> DataFrame:
     """The :data:`~lakehouse.dimension.decode.DECODED_DDL` columns of every raw record and the
     typed row-image columns (:func:`image_columns`), decoded in the JVM where that is exact;
@@ -500,235 +380,107 @@ def decode_fast(
     Connect schema texts at the start of the batch. Each change record says its schema in
     ``_connect_schema``: ``''`` when it is its table's ``start`` schema, else
     :func:`schema_mark` of it (the Python pass says the schemas of the records it decodes the
-    same way where it can). ``observation``: receives ``jvm_values``, the records whose value
-    the JVM decoded, once the result is computed. The projections are built once per set of
-    known schemas and kept on ``wire`` (:attr:`WireSchemas.plan`).
+    same way where it can). The decoder and its projections are built once per set of known
+    schemas and kept on ``wire`` (:attr:`WireSchemas.plan`).
 
     Only the records left to Python (NULL ``_kind``, not tombstones) keep their raw ``key``
     and ``value``, byte for byte; every record has :data:`RAW_HASH` of them."""
-    from pyspark.sql import Observation
+    from pyspark.sql import DataFrame as _DataFrame
 
     # in the order of their text, not of their use: the set, not the order in which the
-    # batches' records used the schemas, decides when the projections are built again
+    # batches' records used the schemas, decides when the decoder is built again
     values = sorted(((p, w) for p, w in wire.values.items() if w is not None), key=_first)
     keys = sorted(((p, k) for p, k in wire.keys.items() if k is not None), key=_first)
+    session = raw.sparkSession
     shape: tuple[Any, ...] = (
         tuple(p for p, _ in values),
         tuple(p for p, _ in keys),
         max_bytes,
         tuple(tuple(sorted(t for t, text in start.items() if text == w.text)) for _, w in values),
+        # the JVM objects belong to the gateway (a stopped and restarted SparkContext has a
+        # new one)
+        session.sparkContext._gateway,
     )
-    # the JVM objects of the projections belong to the gateway (a stopped and restarted
-    # SparkContext has a new one)
-    shape = (*shape, raw.sparkSession.sparkContext._gateway)
     if wire.plan is None or wire.plan[0] != shape:
-        # built once per set of known schemas, not per batch: thousands of py4j calls
-        steps = _decode_steps(values, keys, max_bytes=max_bytes, start=start)
-        wire.plan = (shape, _in_jvm(raw, steps))
-    # each projection is one call (a select of Python columns is a call per column)
-    jdf, session = raw._jdf, raw.sparkSession
-    for kind, columns in wire.plan[1]:
-        if kind == "select":
-            jdf = jdf.select(columns)
-            continue
-        metric = Observation()
-        if kind == "jvm_values" and observation is not None:
-            metric = observation
-        jdf = type(raw)(jdf, session).observe(metric, *columns)._jdf
-    return type(raw)(jdf, session)
+        wire.plan = (shape, _decoder(session, values, keys, max_bytes=max_bytes, start=start))
+    decoder = wire.plan[1]
+    # each projection is one call (a select of Python columns is a py4j call per column)
+    jdf = raw._jdf.select(decoder.decode).select(decoder.columns)
+    return _DataFrame(jdf, session)
 
 
-def _in_jvm(raw: DataFrame, steps: tuple[_Step, ...]) -> tuple[_Step, ...]:
-    """``steps`` with each projection's columns as one JVM ``Seq``, made once."""
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-    sc = raw.sparkSession.sparkContext
-    return tuple(
-        (kind, _to_seq(sc, [_to_java_column(c) for c in columns]) if kind == "select" else columns)
-        for kind, columns in steps
-    )
-
-
-def _decode_steps(
-    values: list[tuple[str, WireEnvelope]],
-    keys: list[tuple[str, WireKey]],
+def _decoder(
+    spark: Any,
+    values: Sequence[tuple[str, WireEnvelope]],
+    keys: Sequence[tuple[str, WireKey]],
     *,
     max_bytes: int,
     start: Mapping[str, str],
-) -> tuple[_Step, ...]:
-    """The decode's projections for these known schemas (see :func:`decode_fast`)."""
+) -> _Decoder:
+    """The JVM decoder for these known schemas, and the decode's projections over it; with
+    no decoder on the classpath (or no schema known), a projection that decodes nothing."""
     from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column as _Column
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+    from pyspark.sql.types import StructType
 
-    steps: list[_Step] = []
-    text = F.col("value").cast("string")
-    key_text = F.col("key").cast("string")
-    sid = F.lit(None).cast("int")
-    if values:
-        usable = F.octet_length("value") <= max_bytes
-        branches = F.when(text.startswith(values[0][0]), F.lit(0))
-        for i, (prefix, _) in enumerate(values[1:], start=1):
-            branches = branches.when(text.startswith(prefix), F.lit(i))
-        sid = F.when(usable, branches)
-    kid = F.lit(None).cast("int")
-    if keys:
-        branches = F.when(key_text.startswith(keys[0][0]), F.lit(0))
-        for j, (prefix, _) in enumerate(keys[1:], start=1):
-            branches = branches.when(key_text.startswith(prefix), F.lit(j))
-        kid = F.when(F.octet_length("key") <= max_bytes, branches)
-
-    def select(*columns: Any) -> None:
-        steps.append(("select", columns))
-
-    tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
-    no_key = (
-        F.col("key").isNull() | (F.octet_length("key") == 0) | (F.octet_length("key") > max_bytes)
-    )
-    select(
-        *_RAW,
-        sid.alias("_sid"),
-        kid.alias("_kid"),
-        F.xxhash64("key", "value").alias(RAW_HASH),
-        tombstone.alias("_tombstone"),
-        no_key.alias("_no_key"),
-    )
-    value_prefixes, key_prefixes = [p for p, _ in values], [p for p, _ in keys]
-    # A record of a known schema is its schema's prefix and its tail: from here on only the
-    # tail is carried (each projection copies every column it passes on, and the schema is
-    # most of a record's text); the raw bytes are put together again only for the records
-    # left to Python (below)
-    select(
-        *[c for c in _RAW if c not in ("key", "value")],
-        "_sid",
-        "_kid",
-        RAW_HASH,
-        "_tombstone",
-        "_no_key",
-        F.when(F.col("_sid").isNull(), F.col("value")).alias("value"),
-        F.when(F.col("_kid").isNull(), F.col("key")).alias("key"),
-        _tail("value", value_prefixes, F.col("_sid")).alias("_tail"),
-        _tail("key", key_prefixes, F.col("_kid")).alias("_key_tail"),
-    )
-    # Each step is a projection of its own, so that each parse runs once per record, only for
-    # the records of its schema. A parse (from_json) is evaluated outside Spark's generated
-    # code; putting the key's between the value's work and the rest keeps each generated
-    # method small enough for the JVM to compile (HotSpot leaves methods over 8000 bytes
-    # interpreted).
-    select(
-        "*",
-        *[
-            F.when(F.col("_sid") == i, _from_json(F.col("_tail"), w.payload_type)).alias(f"_v{i}")
-            for i, (_, w) in enumerate(values)
-        ],
-    )
-    select(
-        "*",
-        *[
-            _chosen(F.col(f"_v{i}")).alias(f"_v{i}image")
-            for i, (_, w) in enumerate(values)
-            if w.same_images
-        ],
-    )
-    converted: list[Column] = []
-    for i, (_, w) in enumerate(values):
-        payload = F.col(f"_v{i}")
-        converted.append(_written_back(F.col(f"_v{i}")).alias(f"_v{i}written"))
-        if w.same_images and w.after is not None:
-            converted += _conversions(f"_v{i}i", w.after, F.col(f"_v{i}image"))
-            continue
-        if w.after is not None:
-            converted += _conversions(f"_v{i}a", w.after, payload["after"])
-        if w.before is not None:
-            converted += _conversions(f"_v{i}b", w.before, payload["before"])
-    select("*", *converted)
-    # Spark fuses a chain of projections into one generated method, and HotSpot leaves a
-    # method of over 8000 bytes of bytecode interpreted (several times slower). Collecting a
-    # metric is not fused: here it cuts the chain in parts the JVM compiles.
-    steps.append(("records", (F.count(F.lit(1)).alias("records"),)))
-    select(
-        "*",
-        *[
-            _canonical(F.col("_tail"), F.col(f"_v{i}written")).alias(f"_v{i}canonical")
-            for i in range(len(values))
-        ],
-    )
-    sid, kid = F.col("_sid"), F.col("_kid")
-    value_decoded = [_value_output(i, w, start) for i, (_, w) in enumerate(values)]
-    value_outputs = [(fields, ok) for fields, ok, _ in value_decoded]
-    value_ok = F.coalesce(
-        *[F.when(sid == i, ok) for i, (_, ok) in enumerate(value_outputs)], F.lit(False)
-    )
-    select("*", value_ok.alias("_value_ok"))
-    # (the records whose value the JVM decodes; and a second cut)
-    steps.append(("jvm_values", (F.count_if(F.col("_value_ok")).alias("jvm_values"),)))
-    select(
-        "*",
-        *[
-            F.when(F.col("_kid") == j, _from_json(F.col("_key_tail"), k.key_type)).alias(f"_k{j}")
-            for j, (_, k) in enumerate(keys)
-        ],
-    )
-    converted = []
-    for j, (_, k) in enumerate(keys):
-        parsed = F.col(f"_k{j}")
-        converted.append(
-            _canonical(F.col("_key_tail"), _written_back(parsed)).alias(f"_k{j}canonical")
+    sc = spark.sparkContext
+    make = spark_setup.decoder_class(spark) if values else None
+    if values and make is None and "decoder" not in _warned:
+        _warned.add("decoder")
+        log.warning(
+            "lakehouse's JVM decoder (%s) is not on Spark's classpath: every record is decoded "
+            "in Python, several times slower; fix: install lakehouse from a wheel built by "
+            "'make wheel', or run 'make' in the checkout",
+            spark_setup.DECODE_JAR.name,
         )
-        converted += _conversions(f"_k{j}k", k.image, parsed)
-    select("*", *converted)
-    key_outputs = [_key_output(j, k) for j, (_, k) in enumerate(keys)]
-    key_ok = F.col("_no_key") | F.coalesce(
-        *[F.when(kid == j, ok) for j, (_, ok) in enumerate(key_outputs)], F.lit(False)
-    )
-    # whether a record is decoded here, once per record; then each field of its schema's
-    select("*", (F.col("_value_ok") & key_ok & ~F.col("_tombstone")).alias("_fast"))
-    fast = F.col("_fast")
-    left = ~F.col("_tombstone") & ~fast
-
-    def field(name: str, outputs: list[tuple[dict[str, Column], Column]], by: Column) -> Column:
-        picked = [F.when(by == n, fields[name]) for n, (fields, _) in enumerate(outputs)]
-        return F.coalesce(*picked) if picked else F.lit(None)
-
-    select(
-        F.when(F.col("_tombstone"), F.lit("tombstone")).when(fast, F.lit("change")).alias("_kind"),
-        F.lit(None).cast("string").alias("_error_kind"),
-        F.lit(None).cast("string").alias("_error"),
-        *[
-            F.when(fast, field(name, value_outputs, sid)).alias(name)
-            for name in ("_op", "_source_table", "_snapshot_phase")
-        ],
-        F.when(fast, field("_event_time_ms", value_outputs, sid))
-        .cast("bigint")
-        .alias("_event_time_ms"),
-        F.when(fast, field("_seq", value_outputs, sid)).cast("string").alias("_seq"),
+    none = F.lit(None).cast("string")
+    first: list[Any] = [*_RAW, F.xxhash64("key", "value").alias(RAW_HASH)]
+    images: list[Column] = []
+    if make is not None:
+        spec, output = specification(values, keys, max_bytes=max_bytes, start=start)
+        udf = make(spec, json.dumps(output))
+        call = udf.apply(_to_seq(sc, [_to_java_column(F.col(c)) for c in ("key", "value")]))
+        first.insert(0, _Column(call).alias(_DECODED))
+        d = F.col(_DECODED)
+        decoded = {n: d[n] for n, _ in DECODER_FIELDS}
+        names = [f.name for f in StructType.fromJson(output).fields]
+        typed_keys = [
+            F.to_json(d[n], _ROW_JSON_OPTIONS) for n in names if n.startswith(_KEY_PREFIX)
+        ]
+        key_json = F.coalesce(*typed_keys, none)
+        images = [d[n].alias(n) for n in names if n.startswith(IMAGE_PREFIX)]
+    else:
+        tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
+        decoded = {n: F.lit(None).cast(t) for n, t in DECODER_FIELDS}
+        decoded["_kind"] = F.when(tombstone, F.lit("tombstone"))
+        key_json = none
+    left = decoded["_kind"].isNull()
+    columns = [
+        decoded["_kind"].alias("_kind"),
+        none.alias("_error_kind"),
+        none.alias("_error"),
+        *[decoded[n].alias(n) for n in ("_op", "_source_table", "_snapshot_phase")],
+        decoded["_event_time_ms"].alias("_event_time_ms"),
+        decoded["_seq"].alias("_seq"),
         # the JVM's row image is typed, in its schema's image column (below)
-        F.lit(None).cast("string").alias("_row_json"),
-        F.when(fast, field("_row_columns", value_outputs, sid))
-        .cast("string")
-        .alias("_row_columns"),
-        F.when(fast & ~F.col("_no_key"), field("_key_json", key_outputs, kid))
-        .cast("string")
-        .alias("_key_json"),
-        F.when(
-            fast, F.coalesce(field("_key_columns", key_outputs, kid).cast("string"), F.lit("[]"))
-        ).alias("_key_columns"),
-        F.lit(None).cast("string").alias("_schema_change"),
-        F.when(fast, field("_connect_schema", value_outputs, sid))
-        .cast("string")
-        .alias("_connect_schema"),
-        F.when(left, _whole("key", key_prefixes, kid, "_key_tail")).alias("key"),
-        F.when(left, _whole("value", value_prefixes, sid, "_tail")).alias("value"),
-        *[c for c in _RAW if c not in ("key", "value")],
-        RAW_HASH,
-        *[
-            F.when(fast & (sid == i), image).alias(name)
-            for i, (_, _, images) in enumerate(value_decoded)
-            for name, image in images.items()
-        ],
-    )
-    return tuple(steps)
+        none.alias("_row_json"),
+        decoded["_row_columns"].alias("_row_columns"),
+        key_json.alias("_key_json"),
+        decoded["_key_columns"].alias("_key_columns"),
+        none.alias("_schema_change"),
+        decoded["_connect_schema"].alias("_connect_schema"),
+        F.when(left, F.col("key")).alias("key"),
+        F.when(left, F.col("value")).alias("value"),
+        *[F.col(c) for c in _RAW if c not in ("key", "value")],
+        F.col(RAW_HASH),
+        *images,
+    ]
 
+    def seq(cols: Iterable[Any]) -> Any:
+        return _to_seq(sc, [_to_java_column(F.col(c) if isinstance(c, str) else c) for c in cols])
 
-_RAW: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
+    return _Decoder(decode=seq(first), columns=seq(columns))
 
 
 def _first(pair: tuple[str, Any]) -> str:

@@ -228,11 +228,10 @@ def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tm
 def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_path):
     """A connector of more tables than the JVM decode once knew schemas (16), read as Spark's
     Kafka source reads it (a topic per table, an input partition per topic): a steady batch
-    that touches every table decodes none of its records in Python, builds the decode's
-    projections from the batch before (not anew), and runs one job for its summary, one for
-    the decoded rows without the decode's plan behind them, and one write per table; each in
-    two tasks per core the application has, not one per topic (every task generates the
-    decode's code for every schema)."""
+    that touches every table decodes none of its records in Python, keeps the JVM decoder of
+    the batch before (not a new one), and runs one job for its summary, one for the decoded
+    rows without the decode's plan behind them, and one write per table; each in two tasks per
+    core the application has, not one per topic."""
     names = [f"t{i:02d}" for i in range(17)]
     tables, sink = _connector(tmp_path, names, "cost-many")
     snapshot = [m for t in tables.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])]
@@ -247,7 +246,7 @@ def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_p
             report = sink.process(connector_records(spark, changes, offsets), b)
         plans.append(sink._wire.plan)
         assert [t.rows for t in report.targets] == [1] * len(names)
-    assert plans[1] is plans[2], "the decode's projections were built anew"
+    assert plans[1] is plans[2], "the JVM decoder was built anew"
     assert cost.jobs == 2 + len(names), json.dumps(cost.descriptions, indent=1)
     cores = spark.sparkContext.defaultParallelism
     reduce = int(spark.conf.get("spark.sql.shuffle.partitions"))

@@ -587,6 +587,75 @@ def test_the_schema_kept_is_the_newest_records_on_both_paths(spark):
     assert kept == [start, start]
 
 
+# --- where the JVM decoder comes from ----------------------------------------------------------
+
+
+def test_without_the_jvm_decoder_every_record_is_decoded_in_python_alike(
+    spark, monkeypatch, caplog
+):
+    """A Spark without lakehouse's jar decodes every record in Python, with the same answer,
+    and says so once."""
+    import lakehouse.dimension.jvm_decode as jvm_decode
+
+    records: list[Record] = [(None, _change(i, i % 2 == 0)) for i in range(4)]
+    want = _python(records, {})
+    monkeypatch.setattr("lakehouse.spark.decoder_class", lambda spark: None)
+    monkeypatch.setattr(jvm_decode, "_warned", set())
+    wire = _learned(records)
+    with caplog.at_level("WARNING", logger="lakehouse.dimension"):
+        fast = _rows(decode_fast(_raw(spark, records), wire, max_bytes=MAX_BYTES, start={}))
+        decoded = decode_raw(_raw(spark, records), max_record_bytes=MAX_BYTES, wire=wire)
+    try:
+        both = _rows(decoded)
+    finally:
+        decoded.unpersist()
+    assert [r["_kind"] for r in fast] == [None] * 4
+    _assert_same(spark, both, want, "python", records, wire.marks())
+    warned = [r.getMessage() for r in caplog.records if "JVM decoder" in r.getMessage()]
+    assert len(warned) == 1 and "fix:" in warned[0], warned
+
+
+def test_a_session_lakehouse_did_not_start_gets_the_jvm_decoder_added(tmp_path):
+    """A notebook's or a runtime's own session (no lakehouse jar on its classpath) is given
+    the jar as ``ADD JAR`` gives one, and decodes in the JVM: here a fresh JVM."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from lakehouse.spark import DECODE_JAR
+
+    records = [_change(i, False).decode() for i in range(5)]
+    (tmp_path / "records.json").write_text(json.dumps(records))
+    script = """
+import json, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .getOrCreate())
+assert "lakehouse" not in spark.conf.get("spark.jars", "")
+from lakehouse.dimension.decode import decode_raw
+from lakehouse.dimension.jvm_decode import WireSchemas, image_columns
+records = json.load(open(sys.argv[1]))
+rows = [(None, r.encode(), "cdc", 0, i) for i, r in enumerate(records)]
+raw = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, "
+                            "offset bigint").selectExpr("*", "current_timestamp() AS timestamp")
+decoded = decode_raw(raw, wire=WireSchemas())
+typed = [n for n, _ in image_columns(decoded.schema)]
+out = decoded.selectExpr("_kind", f"coalesce({', '.join(typed)}) IS NOT NULL AS typed").collect()
+print(json.dumps([[r["_kind"], r["typed"]] for r in out]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "records.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert DECODE_JAR.is_file()
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["change", True]] * 5
+    assert "JVM decoder" not in done.stderr
+
+
 # ------------------------------------------------------------------ whole ingests, both ways
 
 

@@ -59,7 +59,12 @@ def test_the_wheel_carries_everything_the_jobs_read_and_nothing_of_the_checkout(
     names = zipfile.ZipFile(installed_wheel.wheel).namelist()
     suites = {Path(n).name for n in names if n.startswith("lakehouse/quality/suites/")}
     assert {p.name for p in (ROOT / "lakehouse/quality/suites").glob("*.json")} <= suites
-    for data in ("lakehouse/py.typed", "lakehouse/log4j2.properties"):
+    # the JVM decoder's jar (make builds it): a wheel without it decodes every record in Python
+    for data in (
+        "lakehouse/py.typed",
+        "lakehouse/log4j2.properties",
+        "lakehouse/_jars/lakehouse-decode.jar",
+    ):
         assert data in names
     assets = ROOT / "lakehouse/quality/datadocs_assets"
     expected = {str(p.relative_to(ROOT)) for p in assets.rglob("*") if p.is_file()}
@@ -177,6 +182,8 @@ def test_every_task_of_the_bundle_runs_from_the_wheel(installed_wheel, kafka_bro
             args += ["--trigger", "available-now"]  # the one change: a run that ends
         done = installed_wheel.run([wheel_task["entry_point"], *args], cwd=tmp_path)
         assert done.returncode == 0, f"{job}.{key} {args}: {done.stderr[-3000:]}"
+        # the wheel's own decoder was on the classpath (else the ingest says so, once)
+        assert "JVM decoder" not in done.stderr, f"{job}.{key}: {done.stderr[-3000:]}"
 
     # what the jobs made: the build table complete, both joins' output, the reports; each
     # table at <tables_location>/<schema>/<table>, under its name in the metastore (compact and

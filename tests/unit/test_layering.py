@@ -37,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "failpoints",
         "parallel",
         "sources",
+        "spark",
         "storage",
         "table_kinds",
         "time",

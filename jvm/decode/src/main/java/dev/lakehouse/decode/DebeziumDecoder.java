@@ -1,0 +1,162 @@
+package dev.lakehouse.decode;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF2;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
+
+/**
+ * The JVM half of lakehouse's Debezium decode: a Java UDF of a record's raw {@code (key,
+ * value)} bytes, evaluated in Spark's executors, no Python per record.
+ *
+ * <p>It decodes a change event whose value (and key) starts with the prefix of a known Connect
+ * schema, {@code {"schema":S,"payload":}, exactly as {@code JsonConverter} writes it, and whose
+ * payload is in the canonical form ({@link CanonicalReader}), with every value converting
+ * exactly. Every other record it leaves to the Python decoder, in the same batch: its output
+ * then has a null {@code _kind} (or {@code "tombstone"} for an empty value), and the Python
+ * decoder decides its kind, its dead-letter reason, its schema.
+ *
+ * <p>The specification (JSON, made by {@code lakehouse.dimension.jvm_decode}) lists the known
+ * schemas, compiled in Python: the rules of what is decodable and how live there, once. The
+ * output row has the fields {@link #FIELDS}, then the typed row-image slots of the value schemas,
+ * then those of the key schemas; Python gives its Spark type.
+ */
+public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
+  private static final long serialVersionUID = 1L;
+
+  /** The version of the specification this class reads (checked by lakehouse's Python side). */
+  public static final int PROTOCOL = 1;
+
+  /** The decoded fields, in the output row's order, before the image slots. */
+  public static final String[] FIELDS = {
+    "_kind",
+    "_op",
+    "_source_table",
+    "_snapshot_phase",
+    "_event_time_ms",
+    "_seq",
+    "_row_columns",
+    "_key_columns",
+    "_connect_schema"
+  };
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final String specText;
+  private transient Compiled compiled;
+
+  /** A decoder of the specification {@code spec} (JSON text). */
+  public DebeziumDecoder(String spec) {
+    this.specText = spec;
+    this.compiled = new Compiled(spec); // checked on the driver, not first in a task
+  }
+
+  /**
+   * The decoder of {@code spec} as a Spark function of {@code (key, value)}, returning the
+   * type {@code returnType} (Spark's JSON form, made with the specification). A static factory,
+   * so that the Java UDF overload is chosen here, at compile time.
+   */
+  public static UserDefinedFunction function(String spec, String returnType) {
+    UDF2<byte[], byte[], Row> decoder = new DebeziumDecoder(spec);
+    return functions.udf(decoder, DataType.fromJson(returnType));
+  }
+
+  /** The compiled specification; built again in each task from the text that travels. */
+  private static final class Compiled {
+    final long maxBytes;
+    final ValueSchema[] values;
+    final KeySchema[] keys;
+    final PrefixIndex valueIndex;
+    final PrefixIndex keyIndex;
+    final int width;
+
+    Compiled(String text) {
+      JsonNode spec;
+      try {
+        spec = JSON.readTree(text);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+      if (spec.path("protocol").asInt() != PROTOCOL) {
+        throw new IllegalArgumentException(
+            "a decode specification of protocol " + spec.path("protocol") + ", not " + PROTOCOL);
+      }
+      maxBytes = spec.path("maxBytes").asLong();
+      Set<String> phases = new HashSet<>();
+      spec.path("snapshotPhases").forEach(p -> phases.add(p.asText()));
+      JsonNode v = spec.path("values");
+      values = new ValueSchema[v.size()];
+      List<byte[]> valuePrefixes = new ArrayList<>();
+      for (int i = 0; i < values.length; i++) {
+        values[i] = new ValueSchema(v.get(i), phases);
+        valuePrefixes.add(values[i].prefix);
+      }
+      JsonNode k = spec.path("keys");
+      keys = new KeySchema[k.size()];
+      List<byte[]> keyPrefixes = new ArrayList<>();
+      for (int i = 0; i < keys.length; i++) {
+        keys[i] = new KeySchema(k.get(i));
+        keyPrefixes.add(keys[i].prefix);
+      }
+      valueIndex = new PrefixIndex(valuePrefixes);
+      keyIndex = new PrefixIndex(keyPrefixes);
+      width = FIELDS.length + spec.path("slots").asInt();
+    }
+  }
+
+  @Override
+  public Row call(byte[] key, byte[] value) {
+    Compiled c = compiled;
+    if (c == null) {
+      c = compiled = new Compiled(specText);
+    }
+    Object[] out = new Object[c.width];
+    if (value == null || value.length == 0) {
+      out[0] = "tombstone";
+      return RowFactory.create(out);
+    }
+    ValueSchema.Decoded d = null;
+    if (value.length <= c.maxBytes) {
+      int i = c.valueIndex.find(value);
+      if (i >= 0) {
+        d = c.values[i].decode(value);
+      }
+    }
+    if (d == null) {
+      return RowFactory.create(out);
+    }
+    String keyColumns = "[]";
+    if (key != null && key.length > 0 && key.length <= c.maxBytes) {
+      int j = c.keyIndex.find(key);
+      Object[] k = j < 0 ? null : c.keys[j].decode(key);
+      if (k == null) {
+        return RowFactory.create(out); // a key the Python decoder reads: the whole record there
+      }
+      out[c.keys[j].slot] = RowFactory.create(k);
+      keyColumns = c.keys[j].keyColumns();
+    }
+    out[0] = "change";
+    out[1] = d.op;
+    out[2] = d.sourceTable;
+    out[3] = d.snapshotPhase;
+    out[4] = d.eventTimeMs;
+    out[5] = d.seq;
+    out[6] = d.rowColumns;
+    out[7] = keyColumns;
+    out[8] = d.connectSchema;
+    if (d.slot >= 0 && d.image != null) {
+      out[d.slot] = RowFactory.create(d.image);
+    }
+    return RowFactory.create(out);
+  }
+}
