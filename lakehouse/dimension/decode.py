@@ -57,6 +57,7 @@ from lakehouse.dimension.jvm_decode import (
     schema_mark,
 )
 from lakehouse.dimension.layout import LINEAGE_COLUMNS
+from lakehouse.dimension.summary import python_pass_needed, summarise
 from lakehouse.errors import CdcDecodeError
 
 if TYPE_CHECKING:
@@ -228,7 +229,8 @@ def _complete_batches(
     """``mapInArrow`` function: decode in Python the records the JVM left undecoded (NULL
     ``_kind``), in stream order; the records it decoded pass through, moving their table on
     to their schema as they go (a later record of the same source partition without a schema
-    is read with it). The order is each source partition's (topic and partition): a Spark
+    is read with it, and so is one the JVM read without a schema: such a change event kept
+    its raw value). The order is each source partition's (topic and partition): a Spark
     partition may hold several (the sink merges them into fewer tasks), one after the
     other, and each starts from the tables' recorded schemas. The columns
     ``passed`` (the typed row images, NULL for a record decoded here) pass through. ``marks``:
@@ -262,6 +264,14 @@ def _complete_batches(
                 schemas = newest.get(source)
                 if schemas is None:
                     schemas = newest[source] = dict(starts)
+                if (
+                    kind == "change"
+                    and values[i] is not None
+                    and columns["_source_table"][i] in schemas
+                ):
+                    # read by the JVM without a schema, after a record that brought its
+                    # table's: the Python decoder reads it with that schema
+                    kind = None
                 if kind is None:
                     decoded = decode_record(
                         values[i], keys[i], max_bytes=max_bytes, schemas=schemas
@@ -305,16 +315,16 @@ def decode_raw(
     """Decode raw source records; one output row per input record, **persisted** (the
     caller unpersists it).
 
-    The JVM decodes the records it can (:func:`decode_start`); only when some are left does
-    a second pass decode those in Python (:func:`decode_rest`). ``wire`` holds the schemas
+    The JVM decodes the records it can (:func:`decode_start`); only when some are left (or
+    read without their schema in a batch that brings it, see
+    :func:`lakehouse.dimension.summary.python_pass_needed`) does a second pass decode those
+    in Python (:func:`decode_rest`). ``wire`` holds the schemas
     the JVM knows and learns those of this batch's records (when it knows none, from the
     batch's first record first). ``schemas``: the build tables' recorded Connect schemas by
     source table (texts) at the start of the batch."""
-    from pyspark.sql import functions as F
-
     wire = WireSchemas() if wire is None else wire
     fast = decode_start(raw, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
-    if fast.filter(F.col("_kind").isNull()).isEmpty():
+    if not python_pass_needed(summarise(fast)[0]):
         return fast
     return decode_rest(fast, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
 

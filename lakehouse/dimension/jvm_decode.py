@@ -27,6 +27,11 @@ if the JVM is sure to give exactly what the Python decoder gives:
   base64; an ISO-8601 instant with a valid date and offset);
 * a key that is absent or decodes the same way.
 
+A record without a Connect schema (``schemas.enable=false``) is read by its values, as the
+Python decoder's ``infer_row`` types them, when its row image and key hold scalars only and its
+table's build table records no Connect schema (the Python decoder reads such a table's records
+with it); its image is JSON text (``_row_json``), its columns exactly the Python decoder's.
+
 Any other record gets a NULL ``_kind``; :func:`lakehouse.dimension.decode.decode_raw`
 decodes those in Python (:func:`lakehouse.dimension.decode.decode_record`), in stream order,
 so their kinds, dead-letter reasons and schemas are exactly the Python decoder's. Without the
@@ -97,6 +102,9 @@ DECODER_FIELDS: Final = (
     ("_row_columns", "string"),
     ("_key_columns", "string"),
     ("_connect_schema", "string"),
+    ("_row_json", "string"),
+    ("_key_json", "string"),
+    ("_bare", "boolean"),
 )
 
 _RESERVED: Final = frozenset(c.casefold() for c in LINEAGE_COLUMNS)
@@ -283,7 +291,9 @@ def specification(
     :func:`image_columns` finds them: ``_image<i>``, or ``_image<i>a`` and ``_image<i>b`` when
     ``before`` and ``after`` differ in type), then each key schema's typed key (``_key_image<j>``).
     ``start``: the tables' Connect schema texts at the start of the batch (a record of its
-    table's start schema says ``''`` in ``_connect_schema``, else :func:`schema_mark`).
+    table's start schema says ``''`` in ``_connect_schema``, else :func:`schema_mark`; a
+    record without a schema of such a table is read by the Python decoder, with that schema,
+    and one of any other table in the JVM, its row image typed from its values).
 
     >>> text = json.dumps({"type": "struct", "fields": [
     ...     {"field": "after", "type": "struct", "optional": True, "fields": [
@@ -292,7 +302,7 @@ def specification(
     >>> prefix = '{"schema":' + text + ',"payload":'
     >>> spec, output = specification([(prefix, compile_value(text))], [], max_bytes=99, start={})
     >>> [f["name"] for f in output["fields"]][-2:]
-    ['_connect_schema', '_image0a']
+    ['_bare', '_image0a']
     >>> json.loads(spec)["values"][0]["after"]
     {'columns': [['id', 'same']], 'rowColumns': '[["id", "int"]]'}
     """
@@ -343,6 +353,9 @@ def specification(
         {
             "protocol": spark_setup.DECODE_PROTOCOL,
             "maxBytes": max_bytes,
+            "bare": True,
+            "schemaTables": sorted(start),
+            "reserved": sorted(_RESERVED),
             "snapshotPhases": sorted(SNAPSHOT_PHASES),
             "slots": len(fields) - len(DECODER_FIELDS),
             "values": value_specs,
@@ -380,11 +393,14 @@ def decode_fast(
     Connect schema texts at the start of the batch. Each change record says its schema in
     ``_connect_schema``: ``''`` when it is its table's ``start`` schema, else
     :func:`schema_mark` of it (the Python pass says the schemas of the records it decodes the
-    same way where it can). The decoder and its projections are built once per set of known
-    schemas and kept on ``wire`` (:attr:`WireSchemas.plan`).
+    same way where it can); a record without a schema says NULL. The decoder and its
+    projections are built once per set of known schemas and kept on ``wire``
+    (:attr:`WireSchemas.plan`).
 
-    Only the records left to Python (NULL ``_kind``, not tombstones) keep their raw ``key``
-    and ``value``, byte for byte; every record has :data:`RAW_HASH` of them."""
+    Only the records left to Python (NULL ``_kind``, not tombstones) and the change events
+    read without a Connect schema keep their raw ``key`` and ``value``, byte for byte (the
+    Python pass reads such an event again when a record before it in its source partition
+    brought its table's schema); every record has :data:`RAW_HASH` of them."""
     from pyspark.sql import DataFrame as _DataFrame
 
     # in the order of their text, not of their use: the set, not the order in which the
@@ -397,6 +413,7 @@ def decode_fast(
         tuple(p for p, _ in keys),
         max_bytes,
         tuple(tuple(sorted(t for t, text in start.items() if text == w.text)) for _, w in values),
+        tuple(sorted(start)),
         # the JVM objects belong to the gateway (a stopped and restarted SparkContext has a
         # new one)
         session.sparkContext._gateway,
@@ -425,8 +442,8 @@ def _decoder(
     from pyspark.sql.types import StructType
 
     sc = spark.sparkContext
-    make = spark_setup.decoder_class(spark) if values else None
-    if values and make is None and "decoder" not in _warned:
+    make = spark_setup.decoder_class(spark)
+    if make is None and "decoder" not in _warned:
         _warned.add("decoder")
         log.warning(
             "lakehouse's JVM decoder (%s) is not on Spark's classpath: every record is decoded "
@@ -448,14 +465,15 @@ def _decoder(
         typed_keys = [
             F.to_json(d[n], _ROW_JSON_OPTIONS) for n in names if n.startswith(_KEY_PREFIX)
         ]
-        key_json = F.coalesce(*typed_keys, none)
+        key_json = F.coalesce(decoded["_key_json"], *typed_keys)
         images = [d[n].alias(n) for n in names if n.startswith(IMAGE_PREFIX)]
+        kept = decoded["_kind"].isNull() | decoded["_bare"]
     else:
         tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
         decoded = {n: F.lit(None).cast(t) for n, t in DECODER_FIELDS}
         decoded["_kind"] = F.when(tombstone, F.lit("tombstone"))
         key_json = none
-    left = decoded["_kind"].isNull()
+        kept = decoded["_kind"].isNull()
     columns = [
         decoded["_kind"].alias("_kind"),
         none.alias("_error_kind"),
@@ -463,15 +481,15 @@ def _decoder(
         *[decoded[n].alias(n) for n in ("_op", "_source_table", "_snapshot_phase")],
         decoded["_event_time_ms"].alias("_event_time_ms"),
         decoded["_seq"].alias("_seq"),
-        # the JVM's row image is typed, in its schema's image column (below)
-        none.alias("_row_json"),
+        # a row image read with its schema is typed, in its schema's image column (below)
+        decoded["_row_json"].alias("_row_json"),
         decoded["_row_columns"].alias("_row_columns"),
         key_json.alias("_key_json"),
         decoded["_key_columns"].alias("_key_columns"),
         none.alias("_schema_change"),
         decoded["_connect_schema"].alias("_connect_schema"),
-        F.when(left, F.col("key")).alias("key"),
-        F.when(left, F.col("value")).alias("value"),
+        F.when(kept, F.col("key")).alias("key"),
+        F.when(kept, F.col("value")).alias("value"),
         *[F.col(c) for c in _RAW if c not in ("key", "value")],
         F.col(RAW_HASH),
         *images,

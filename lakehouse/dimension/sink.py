@@ -109,7 +109,7 @@ from lakehouse.dimension.staging import (
     row_stats,
     stage_rows,
 )
-from lakehouse.dimension.summary import Summary, count_kinds, summarise
+from lakehouse.dimension.summary import Summary, count_kinds, python_pass_needed, summarise
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
 from lakehouse.errors import ConfigError, DataSafetyError
 from lakehouse.failpoints import failpoint
@@ -273,7 +273,7 @@ class BuildSink:
             # the summary's job computes the JVM's decode, and tells whether it left records
             # for the Python decoder (then those are decoded and the summary taken again)
             summarised = summarise(decoded)
-            if any(r["_kind"] is None for r in summarised[0]):
+            if python_pass_needed(summarised[0]):
                 decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
                 cached.callback(decoded.unpersist)
                 summarised = summarise(decoded)

@@ -63,9 +63,11 @@ def summarise(decoded: DataFrame) -> Summary:
 
     Each summary entry of change records also has ``schema``: the newest Connect schema its
     records brought, as ``(position, partition, offset, text)``, or None (see
-    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); and ``images``: the typed
+    :func:`lakehouse.dimension.connect_schemas.newest_in_batch`); ``images``: the typed
     row-image columns its records' images are in (:func:`image_groups`), so that a table's
-    plan reads those and not every known schema's."""
+    plan reads those and not every known schema's; and ``kept``: how many of its records kept
+    their raw value (of the JVM's decode alone: the change events it read without a Connect
+    schema, see :func:`python_pass_needed`)."""
     from pyspark.sql import functions as F
 
     groups_of = image_groups(decoded.schema)
@@ -92,6 +94,7 @@ def summarise(decoded: DataFrame) -> Summary:
             F.max("_seq").alias("seq"),
             F.max(schema).alias("schema"),
             F.collect_set(image).alias("images"),
+            F.count_if(F.col("value").isNotNull()).alias("kept"),
         )
         .collect()
     )
@@ -100,8 +103,8 @@ def summarise(decoded: DataFrame) -> Summary:
 
 def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
     """:data:`Summary` from :func:`summarise`'s rows (one per :data:`KEY`, with its
-    aggregates ``n``, ``max_ts``, ``o``, ``ts``, ``seq``, ``schema`` and ``images``), its
-    entries in the order of their first row."""
+    aggregates ``n``, ``max_ts``, ``o``, ``ts``, ``seq``, ``schema``, ``images`` and
+    ``kept``), its entries in the order of their first row."""
     shape = ("_kind", "_error_kind", "_source_table", "_snapshot_phase")
     columns = ("_row_columns", "_key_columns")
     summary: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -117,10 +120,12 @@ def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
                 "max_ts": None,
                 "schema": None,
                 "images": frozenset(),
+                "kept": 0,
             },
         )
         entry["images"] = entry["images"] | frozenset(r["images"])
         entry["n"] += int(r["n"])
+        entry["kept"] += int(r.get("kept") or 0)
         entry["max_ts"] = _max(entry["max_ts"], r["max_ts"])
         if r["schema"] is not None:
             entry["schema"] = _max(entry["schema"], tuple(r["schema"]))
@@ -150,6 +155,28 @@ def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
         group["seq"] = _max(group["seq"], r["seq"])
         group["src_ts"] = _max(group["src_ts"], r["max_ts"])
     return list(summary.values()), ends, list(groups.values())
+
+
+def python_pass_needed(summary: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the JVM's decode of a batch (its summary, :func:`summarise`) needs the Python
+    pass: it left records to Python (a NULL ``_kind``), or it read change events of a table
+    without a Connect schema (``kept``) in a batch where records of that table brought one.
+    The Python decoder reads such an event with the schema of the records before it in its
+    source partition, so the pass reads it again there, in stream order.
+
+    >>> bare = {"_kind": "change", "_source_table": "s.t", "kept": 2, "schema": None}
+    >>> python_pass_needed([bare])
+    False
+    >>> python_pass_needed([bare, {**bare, "kept": 0, "schema": (5, 0, 1, "")}])
+    True
+    >>> python_pass_needed([{"_kind": None, "_source_table": None, "kept": 1, "schema": None}])
+    True
+    """
+    if any(r["_kind"] is None for r in summary):
+        return True
+    bare = {r["_source_table"] for r in summary if r["_kind"] == "change" and r.get("kept")}
+    schemas = {r["_source_table"] for r in summary if r.get("schema") is not None}
+    return bool(bare & schemas)
 
 
 def _max(a: Any, b: Any) -> Any:

@@ -47,7 +47,10 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     "_seq",
     "_row_columns",
     "_key_columns",
-    "_connect_schema"
+    "_connect_schema",
+    "_row_json",
+    "_key_json",
+    "_bare"
   };
 
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -79,6 +82,14 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     final PrefixIndex valueIndex;
     final PrefixIndex keyIndex;
     final int width;
+    /** Records without a schema are read here (the tables below aside). */
+    final boolean bare;
+    /** Tables whose records the Python decoder reads with a Connect schema. */
+    final Set<String> schemaTables = new HashSet<>();
+    /** The build table's own column names, case-folded: no row image may have one. */
+    final Set<String> reserved = new HashSet<>();
+
+    final Set<String> phases = new HashSet<>();
 
     Compiled(String text) {
       JsonNode spec;
@@ -92,8 +103,10 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
             "a decode specification of protocol " + spec.path("protocol") + ", not " + PROTOCOL);
       }
       maxBytes = spec.path("maxBytes").asLong();
-      Set<String> phases = new HashSet<>();
       spec.path("snapshotPhases").forEach(p -> phases.add(p.asText()));
+      bare = spec.path("bare").asBoolean();
+      spec.path("schemaTables").forEach(p -> schemaTables.add(p.asText()));
+      spec.path("reserved").forEach(p -> reserved.add(p.asText()));
       JsonNode v = spec.path("values");
       values = new ValueSchema[v.size()];
       List<byte[]> valuePrefixes = new ArrayList<>();
@@ -114,6 +127,13 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     }
   }
 
+  private static final byte[] WRAPPED = {'{', '"', 's', 'c', 'h', 'e', 'm', 'a', '"', ':'};
+
+  private static boolean wrapped(byte[] text) {
+    return text.length > WRAPPED.length
+        && java.util.Arrays.equals(text, 0, WRAPPED.length, WRAPPED, 0, WRAPPED.length);
+  }
+
   @Override
   public Row call(byte[] key, byte[] value) {
     Compiled c = compiled;
@@ -126,24 +146,18 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
       return RowFactory.create(out);
     }
     ValueSchema.Decoded d = null;
+    boolean bare = false;
     if (value.length <= c.maxBytes) {
       int i = c.valueIndex.find(value);
       if (i >= 0) {
         d = c.values[i].decode(value);
+      } else if (c.bare && !wrapped(value)) {
+        d = Bare.change(value, c.schemaTables, c.reserved, c.phases);
+        bare = true;
       }
     }
-    if (d == null) {
-      return RowFactory.create(out);
-    }
-    String keyColumns = "[]";
-    if (key != null && key.length > 0 && key.length <= c.maxBytes) {
-      int j = c.keyIndex.find(key);
-      Object[] k = j < 0 ? null : c.keys[j].decode(key);
-      if (k == null) {
-        return RowFactory.create(out); // a key the Python decoder reads: the whole record there
-      }
-      out[c.keys[j].slot] = RowFactory.create(k);
-      keyColumns = c.keys[j].keyColumns();
+    if (d == null || !key(c, key, out)) {
+      return RowFactory.create(out); // left to the Python decoder, key and value
     }
     out[0] = "change";
     out[1] = d.op;
@@ -152,11 +166,44 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     out[4] = d.eventTimeMs;
     out[5] = d.seq;
     out[6] = d.rowColumns;
-    out[7] = keyColumns;
     out[8] = d.connectSchema;
+    out[9] = d.rowJson;
+    out[11] = bare;
     if (d.slot >= 0 && d.image != null) {
       out[d.slot] = RowFactory.create(d.image);
     }
     return RowFactory.create(out);
+  }
+
+  /**
+   * The record's key into {@code out} ({@code _key_columns}, and its typed image in its key
+   * schema's slot or its {@code _key_json}); false when the Python decoder is to read it (a key
+   * of a schema not known, or one this code is not sure to read alike).
+   */
+  private static boolean key(Compiled c, byte[] key, Object[] out) {
+    out[7] = "[]";
+    if (key == null || key.length == 0 || key.length > c.maxBytes) {
+      return true;
+    }
+    int j = c.keyIndex.find(key);
+    if (j >= 0) {
+      Object[] k = c.keys[j].decode(key);
+      if (k == null) {
+        return false;
+      }
+      out[c.keys[j].slot] = RowFactory.create(k);
+      out[7] = c.keys[j].keyColumns();
+      return true;
+    }
+    if (wrapped(key)) {
+      return false;
+    }
+    Bare.Image k = Bare.key(key);
+    if (k == null) {
+      return false;
+    }
+    out[7] = k.columns;
+    out[10] = k.json;
+    return true;
   }
 }

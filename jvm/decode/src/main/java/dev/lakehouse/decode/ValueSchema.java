@@ -129,6 +129,8 @@ final class ValueSchema implements Serializable {
     Object[] image;
 
     int slot = -1;
+    /** The image as JSON text, for a record read without its schema ({@link Bare}). */
+    String rowJson;
   }
 
   private static String pad(String digits) {
@@ -220,10 +222,6 @@ final class ValueSchema implements Serializable {
     return src == null || i < 0 ? null : (String) src[i];
   }
 
-  private static Long number(Object[] src, int i) {
-    return i < 0 ? null : (Long) src[i];
-  }
-
   /** The row image a record carries, converted; false when it cannot be decoded here. */
   private boolean images(Decoded d, Object[] p, boolean rowOp, boolean delete) {
     d.rowColumns = NO_COLUMNS;
@@ -275,20 +273,35 @@ final class ValueSchema implements Serializable {
     return true;
   }
 
-  /**
-   * The connector position ({@code lakehouse.cdc.seq.position_seq}): PostgreSQL's LSN, MySQL's
-   * and MariaDB's binlog file number, position and row; none for others. False where the Python
-   * decoder refuses the position or orders by one this code does not read (SQL Server, Oracle).
-   */
+  /** The connector position of a record of this schema (see {@link #position(Decoded, Object,
+   * Object, Object, Object, Object)}). */
   private boolean position(Decoded d, Object[] src) {
-    String c = text(src, connector);
+    return position(
+        d,
+        connector < 0 ? null : src[connector],
+        lsn < 0 ? null : src[lsn],
+        file < 0 ? null : src[file],
+        pos < 0 ? null : src[pos],
+        row < 0 ? null : src[row]);
+  }
+
+  /**
+   * The connector position ({@code lakehouse.cdc.seq.position_seq}) into {@code d.seq}:
+   * PostgreSQL's LSN, MySQL's and MariaDB's binlog file number, position and row; none for
+   * others. False where the Python decoder refuses the position or orders by one this code does
+   * not read (SQL Server, Oracle). The values are a source block's, typed as the models type
+   * them (a string connector and file, integral positions).
+   */
+  static boolean position(
+      Decoded d, Object connector, Object lsn, Object file, Object pos, Object row) {
+    String c = (String) connector;
     if (c == null) {
       return true;
     }
     switch (c) {
       case "postgresql":
         {
-          Long l = number(src, lsn);
+          Long l = (Long) lsn;
           if (l == null) {
             return true;
           }
@@ -301,8 +314,8 @@ final class ValueSchema implements Serializable {
       case "mysql":
       case "mariadb":
         {
-          String f = text(src, file);
-          Long at = number(src, pos);
+          String f = (String) file;
+          Long at = (Long) pos;
           if (f == null || at == null) {
             return true;
           }
@@ -313,7 +326,7 @@ final class ValueSchema implements Serializable {
           if (k == f.length()) {
             return true; // no binlog number: no position, as in Python
           }
-          Long r = number(src, row);
+          Long r = (Long) row;
           long rowNumber = r == null ? 0 : r;
           BigDecimal number = new BigDecimal(f.substring(k));
           if (number.precision() > 20 || at < 0 || rowNumber < 0) {
