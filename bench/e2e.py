@@ -6,7 +6,8 @@ result (run as ``python -m bench.e2e '<json spec>'`` by :func:`bench.measure.run
 ``ingest``
     CDC ingestion rate: a Debezium change stream (:class:`lakehouse.testing.debezium.
     DebeziumTable`: a snapshot of ``keys`` rows, then ``updates`` updates of random keys, JSON
-    with schemas, about 1.5 kB per event) is written to JSON-lines files, or produced to an
+    with schemas, about 2 kB per event, or without them with ``"schemas": false``) is written
+    to JSON-lines files, or produced to an
     Apache Kafka broker (:mod:`lakehouse.testing.broker`; at most
     :data:`BROKER_PARTITION_MAX` records per partition, the spread of the earlier runs, so
     figures stay comparable) and read through Spark's Kafka source, and ingested by
@@ -70,12 +71,17 @@ def _spark(name: str, conf: dict[str, str]) -> Any:
     return get_spark(app_name=f"bench-{name}", master="local[2]", conf=conf)
 
 
-def debezium_events(keys: int, updates: int, seed: int) -> list[tuple[bytes | None, bytes]]:
-    """(key, value) bytes of a snapshot of ``keys`` rows, then ``updates`` updates."""
+def debezium_events(
+    keys: int, updates: int, seed: int, *, schemas: bool = True
+) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) bytes of a snapshot of ``keys`` rows, then ``updates`` updates; with the
+    Connect schema in every message (``schemas.enable=true``) or without."""
     from lakehouse.testing.debezium import DebeziumTable
 
     rng = np.random.default_rng(seed)
-    table = DebeziumTable("public", "rates", key="currency", start_ms=EPOCH0_MS, step_ms=10)
+    table = DebeziumTable(
+        "public", "rates", key="currency", start_ms=EPOCH0_MS, step_ms=10, with_schema=schemas
+    )
     rows = [{"currency": f"C{i:07d}", "rate": f"{1 + i % 97 / 100:.4f}"} for i in range(keys)]
     messages = table.snapshot(rows)
     for k in rng.integers(0, keys, updates).tolist():
@@ -96,7 +102,8 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
 
     root = Path(spec["root"])
     shutil.rmtree(root, ignore_errors=True)
-    events = debezium_events(spec["keys"], spec["updates"], seed=7)
+    schemas = spec.get("schemas", True)
+    events = debezium_events(spec["keys"], spec["updates"], seed=7, schemas=schemas)
     n = len(events)
     spark = _spark("ingest", spec.get("spark_conf", {}))
     sink = BuildSink(
@@ -114,7 +121,7 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         with BatchCost(df.sparkSession) as cost:
             if spec.get("sink", "product") == "copy":
-                records = _plain_copy(df, copy_uri, batch_id)
+                records = _plain_copy(df, copy_uri, batch_id, schemas=schemas)
             else:
                 records = sink.process(df, batch_id).records
         batches.append((records, time.perf_counter() - t0))
@@ -204,23 +211,26 @@ def ingest(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 #: The Debezium envelope's payload, as a plain Kafka-to-Delta copy parses it.
-_COPY_SCHEMA = (
-    "payload struct<before: struct<currency: string, rate: string>, "
+_COPY_PAYLOAD = (
+    "struct<before: struct<currency: string, rate: string>, "
     "after: struct<currency: string, rate: string>, op: string, ts_ms: bigint, "
     "source: struct<lsn: bigint, snapshot: string>>"
 )
 
 
-def plain_parse(raw: Any) -> Any:
+def plain_parse(raw: Any, *, schemas: bool = True) -> Any:
     """Raw source records parsed as a plain copy parses them: ``from_json`` of the value with
-    the payload's schema, the columns the copy keeps (no logical types, no dead letters)."""
+    the payload's schema (the envelope's ``payload``, or the whole value without Connect
+    schemas), the columns the copy keeps (no logical types, no dead letters)."""
     from pyspark.sql import functions as F
 
-    return raw.select(
-        F.from_json(F.col("value").cast("string"), _COPY_SCHEMA).alias("e"),
-        "partition",
-        "offset",
-    ).select(
+    parsed = F.from_json(
+        F.col("value").cast("string"),
+        f"payload {_COPY_PAYLOAD}" if schemas else _COPY_PAYLOAD,
+    )
+    if not schemas:
+        parsed = F.struct(parsed.alias("payload"))
+    return raw.select(parsed.alias("e"), "partition", "offset").select(
         F.coalesce("e.payload.after.currency", "e.payload.before.currency").alias("currency"),
         F.col("e.payload.after.rate").alias("rate"),
         F.col("e.payload.op").alias("_op"),
@@ -231,7 +241,7 @@ def plain_parse(raw: Any) -> Any:
     )
 
 
-def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
+def _plain_copy(df: Any, uri: str, batch_id: int, *, schemas: bool = True) -> int:
     """The peer of the ingest: read, parse with ``from_json``, append (one idempotent write),
     counting the rows while writing."""
     from pyspark.sql import Observation
@@ -241,7 +251,7 @@ def _plain_copy(df: Any, uri: str, batch_id: int) -> int:
 
     seen = Observation(f"copy-{batch_id}")
     delta.append(
-        plain_parse(df).observe(seen, F.count(F.lit(1)).alias("n")),
+        plain_parse(df, schemas=schemas).observe(seen, F.count(F.lit(1)).alias("n")),
         uri,
         txn=("bench-copy", batch_id),
     )
