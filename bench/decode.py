@@ -17,7 +17,7 @@ The result is each plan's median seconds, events per second, and each product pl
 over the plain one (the issue's target for the JVM decode is 0.9 or more).
 
 Usage: ``python -m bench.decode '{"keys": 50000, "updates": 50000, "rounds": 3}'`` (prints a
-``BENCH-RESULT`` line).
+``BENCH-RESULT`` line); ``"schemas": false``: the same events without Connect schemas.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
 
     keys, updates = int(spec.get("keys", 50_000)), int(spec.get("updates", 50_000))
     rounds = int(spec.get("rounds", 3))
-    events = debezium_events(keys, updates, seed=7)
+    schemas = bool(spec.get("schemas", True))
+    events = debezium_events(keys, updates, seed=7, schemas=schemas)
     n = len(events)
     spark = get_spark(app_name="bench-decode", master=spec.get("master", "local[2]"))
     rows = [(k, v, "cdc", 0, i) for i, (k, v) in enumerate(events)]
@@ -104,7 +105,10 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     def product(raw: Any) -> Any:
         return decode_raw(raw, wire=wire)
 
-    plans = {"plain": plain_parse, "product": product, "python": _python}
+    def plain(raw: Any) -> Any:
+        return plain_parse(raw, schemas=schemas)
+
+    plans = {"plain": plain, "product": product, "python": _python}
     seconds: dict[str, list[float]] = {name: [] for name in plans}
     for _ in range(rounds + 1):  # the first round warms all up and is not counted
         for name, plan in plans.items():
@@ -117,6 +121,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     medians = {name: statistics.median(s[1:]) for name, s in seconds.items()}
     return {
         "events": n,
+        "schemas": schemas,
         "value_bytes_mean": round(sum(len(v) for _, v in events) / n),
         "rounds": rounds,
         "master": spec.get("master", "local[2]"),

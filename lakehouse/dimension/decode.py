@@ -251,6 +251,7 @@ def _complete_batches(
                 starts[table] = parse_schema(text)
         newest: dict[tuple[str, int], dict[str, SchemaHandle]] = {}
         for batch in batches:
+            again: list[int] = []
             kinds = batch.column("_kind").to_pylist()
             columns = {name: batch.column(name).to_pylist() for name in _OUT_FIELDS}
             values = batch.column("value").to_pylist()
@@ -270,8 +271,10 @@ def _complete_batches(
                     and columns["_source_table"][i] in schemas
                 ):
                     # read by the JVM without a schema, after a record that brought its
-                    # table's: the Python decoder reads it with that schema
+                    # table's: the Python decoder reads it with that schema (and its typed
+                    # image, if the JVM gave one, is not the record's)
                     kind = None
+                    again.append(i)
                 if kind is None:
                     decoded = decode_record(
                         values[i], keys[i], max_bytes=max_bytes, schemas=schemas
@@ -299,10 +302,27 @@ def _complete_batches(
                 pa.array(columns[n], pa.int64() if n == "_event_time_ms" else pa.string())
                 for n in _OUT_FIELDS
             ]
-            arrays += [batch.column(n) for n in (*_RAW_FIELDS, *passed)]
+            arrays += [batch.column(n) for n in _RAW_FIELDS]
+            arrays += [
+                batch.column(n) if n == RAW_HASH else _nulled(batch.column(n), again)
+                for n in passed
+            ]
             yield pa.RecordBatch.from_arrays(arrays, names=[*_OUT_FIELDS, *_RAW_FIELDS, *passed])
 
     return run
+
+
+def _nulled(column: pa.Array, rows: Sequence[int]) -> pa.Array:
+    """``column`` with NULL at ``rows``."""
+    if not rows:
+        return column
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = [False] * len(column)
+    for i in rows:
+        mask[i] = True
+    return pc.if_else(pa.array(mask), pa.nulls(len(column), column.type), column)
 
 
 def decode_raw(
@@ -324,7 +344,9 @@ def decode_raw(
     source table (texts) at the start of the batch."""
     wire = WireSchemas() if wire is None else wire
     fast = decode_start(raw, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
-    if not python_pass_needed(summarise(fast)[0]):
+    summary = summarise(fast)[0]
+    wire.learn_shapes(summary)
+    if not python_pass_needed(summary):
         return fast
     return decode_rest(fast, max_record_bytes=max_record_bytes, schemas=schemas, wire=wire)
 
@@ -343,8 +365,7 @@ def decode_start(
 
     Only the records left keep their raw ``key`` and ``value``; every record has
     :data:`RAW_HASH`, by which :func:`with_raw` gives a decoded record its raw bytes back."""
-    if wire.empty:
-        wire.learn_texts(_texts(raw.select("key", "value").limit(1).collect()))
+    wire.peek(lambda: _texts(raw.select("key", "value").limit(1).collect()))
     # the raw text (about 2 kB a record with Connect schemas) is most of a record's size, and
     # the batch's plans read the decoded columns: decode_fast keeps it only where Python
     # needs it

@@ -45,7 +45,7 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -89,6 +89,9 @@ RAW_HASH: Final = "_raw_hash"
 IMAGE_PREFIX: Final = "_image"
 #: Schemas known at most, each of values and of keys.
 MAX_KNOWN: Final = 256
+#: The column types of a row image read without a schema that come out typed
+#: (:meth:`WireSchemas.learn_shapes`): ``infer_row``'s scalars, as Spark names them in JSON.
+BARE_TYPES: Final = {"string": "string", "bigint": "long", "double": "double", "boolean": "boolean"}
 #: Marks whose text is kept (a batch learns at most ``4 * MAX_KNOWN`` new schemas).
 MAX_MARKS: Final = 8 * MAX_KNOWN
 #: The JVM decoder's fields, before the image slots (its ``FIELDS``), with their types.
@@ -167,10 +170,41 @@ class WireSchemas:
         known now and of the last :data:`MAX_MARKS` known before."""
         return dict(self.texts)
 
+    #: The shapes (``_row_columns`` texts) of the row images the JVM read without a Connect
+    #: schema in earlier batches (:meth:`learn_shapes`): such images of these shapes come out
+    #: typed, one column per shape, as a known schema's do.
+    shapes: OrderedDict[str, None] = field(default_factory=OrderedDict, repr=False)
+    #: Whether a batch's first record was looked at for its schema (:meth:`peek`): once per
+    #: process, so a stream without Connect schemas pays no job for it in every batch.
+    peeked: bool = field(default=False, repr=False, compare=False)
+
     @property
     def empty(self) -> bool:
         """Whether no value schema is known yet."""
         return not self.values
+
+    def learn_shapes(self, summary: Iterable[Mapping[str, Any]]) -> None:
+        """Learn the shapes of the row images the JVM read without a Connect schema, from the
+        summary of its decode alone (:func:`lakehouse.dimension.summary.summarise`: change
+        entries that kept their raw value and brought no schema); only shapes of the column
+        types :data:`BARE_TYPES`, the :data:`MAX_KNOWN` met last."""
+        for r in summary:
+            if r["_kind"] != "change" or not r.get("kept") or r.get("schema") is not None:
+                continue
+            columns = r["_row_columns"]
+            if columns in self.shapes:
+                self.shapes.move_to_end(columns)
+            elif columns and all(t in BARE_TYPES for _, t in json.loads(columns)):
+                self.shapes[columns] = None
+        while len(self.shapes) > MAX_KNOWN:
+            self.shapes.popitem(last=False)
+
+    def peek(self, first: Callable[[], Iterable[tuple[str | None, str | None]]]) -> None:
+        """Learn the schemas of a batch's first records (``first()``, :meth:`learn_texts`)
+        when none is known and none was peeked at before; ``first`` is called only then."""
+        if self.empty and not self.peeked:
+            self.peeked = True
+            self.learn_texts(first())
 
 
 def schema_mark(text: str) -> str:
@@ -284,13 +318,16 @@ def specification(
     *,
     max_bytes: int,
     start: Mapping[str, str],
+    shapes: Sequence[str] = (),
 ) -> tuple[str, dict[str, Any]]:
     """The JVM decoder's specification (JSON text) for these known value and key schemas
     (``(prefix, compiled)``, in this order), and the Spark type (JSON form) of its output: the
     fields :data:`DECODER_FIELDS`, then each value schema's row-image columns (named as
     :func:`image_columns` finds them: ``_image<i>``, or ``_image<i>a`` and ``_image<i>b`` when
     ``before`` and ``after`` differ in type), then each key schema's typed key (``_key_image<j>``).
-    ``start``: the tables' Connect schema texts at the start of the batch (a record of its
+    ``shapes``: the ``_row_columns`` texts of row images without a schema that come out typed
+    (``_imagev<k>``, :meth:`WireSchemas.learn_shapes`). ``start``: the tables' Connect
+    schema texts at the start of the batch (a record of its
     table's start schema says ``''`` in ``_connect_schema``, else :func:`schema_mark`; a
     record without a schema of such a table is read by the Python decoder, with that schema,
     and one of any other table in the JVM, its row image typed from its values).
@@ -349,9 +386,20 @@ def specification(
                 "slot": slot(f"{_KEY_PREFIX}{j}", key_type),
             }
         )
+    bare_shapes = []
+    for s, columns in enumerate(shapes):
+        row = {
+            "type": "struct",
+            "fields": [
+                {"name": n, "type": BARE_TYPES[c], "nullable": True, "metadata": {}}
+                for n, c in json.loads(columns)
+            ],
+        }
+        bare_shapes.append({"rowColumns": columns, "slot": slot(f"{IMAGE_PREFIX}v{s}", row)})
     text = json.dumps(
         {
             "protocol": spark_setup.DECODE_PROTOCOL,
+            "bareShapes": bare_shapes,
             "maxBytes": max_bytes,
             "bare": True,
             "schemaTables": sorted(start),
@@ -414,12 +462,18 @@ def decode_fast(
         max_bytes,
         tuple(tuple(sorted(t for t, text in start.items() if text == w.text)) for _, w in values),
         tuple(sorted(start)),
+        tuple(sorted(wire.shapes)),
         # the JVM objects belong to the gateway (a stopped and restarted SparkContext has a
         # new one)
         session.sparkContext._gateway,
     )
     if wire.plan is None or wire.plan[0] != shape:
-        wire.plan = (shape, _decoder(session, values, keys, max_bytes=max_bytes, start=start))
+        wire.plan = (
+            shape,
+            _decoder(
+                session, values, keys, max_bytes=max_bytes, start=start, shapes=sorted(wire.shapes)
+            ),
+        )
     decoder = wire.plan[1]
     # each projection is one call (a select of Python columns is a py4j call per column)
     jdf = raw._jdf.select(decoder.decode).select(decoder.columns)
@@ -433,6 +487,7 @@ def _decoder(
     *,
     max_bytes: int,
     start: Mapping[str, str],
+    shapes: Sequence[str],
 ) -> _Decoder:
     """The JVM decoder for these known schemas, and the decode's projections over it; with
     no decoder on the classpath (or no schema known), a projection that decodes nothing."""
@@ -455,7 +510,7 @@ def _decoder(
     first: list[Any] = [*_RAW, F.xxhash64("key", "value").alias(RAW_HASH)]
     images: list[Column] = []
     if make is not None:
-        spec, output = specification(values, keys, max_bytes=max_bytes, start=start)
+        spec, output = specification(values, keys, max_bytes=max_bytes, start=start, shapes=shapes)
         udf = make(spec, json.dumps(output))
         call = udf.apply(_to_seq(sc, [_to_java_column(F.col(c)) for c in ("key", "value")]))
         first.insert(0, _Column(call).alias(_DECODED))

@@ -273,6 +273,7 @@ class BuildSink:
             # the summary's job computes the JVM's decode, and tells whether it left records
             # for the Python decoder (then those are decoded and the summary taken again)
             summarised = summarise(decoded)
+            wire.learn_shapes(summarised[0])
             if python_pass_needed(summarised[0]):
                 decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
                 cached.callback(decoded.unpersist)

@@ -94,8 +94,14 @@ def _rows(df: Any) -> list[dict[str, Any]]:
     typed = F.lit(False)
     for n in images:
         typed = typed | F.col(n).isNotNull()
-    shown = df.withColumn("_row_json", row_text(columns)).withColumn("_typed", typed)
+    shown = (
+        df.withColumn("_both", typed & F.col("_row_json").isNotNull())
+        .withColumn("_row_json", row_text(columns))
+        .withColumn("_typed", typed)
+    )
     rows = shown.drop(*images).collect()
+    # a record has its image as text or typed, never both (the plan takes the typed one first)
+    assert not [r["offset"] for r in rows if r["_both"]]
     return [r.asDict() for r in sorted(rows, key=lambda r: r["offset"])]
 
 
@@ -197,6 +203,10 @@ def _three_ways(spark: Any, records: Sequence[Record], start: Mapping[str, str])
         decoded.unpersist()
     assert all(r["_kind"] is not None for r in both)
     _assert_same(spark, both, want, "ingest", records, schemas)
+    if wire.shapes:  # images without a schema, of the shapes the ingest learnt: typed now
+        typed = _rows(decode_fast(raw, wire, max_bytes=MAX_BYTES, start=start))
+        alone = [{**r, "_kind": None} if i in again else r for i, r in enumerate(typed)]
+        _assert_same(spark, alone, want, "jvm, typed", records, schemas)
     return {
         "jvm": sum(r["_kind"] == "change" for r in fast),
         "again": len(again),
@@ -671,6 +681,11 @@ def test_plain_records_without_schemas_are_decoded_in_the_jvm(spark):
     ]
     counts = _three_ways(spark, records, {})
     assert counts["jvm"] == counts["changes"] == 6
+    # the shapes learnt, the images come out typed (no JSON text to parse again)
+    wire = _learned(records)
+    decode_raw(_raw(spark, records), max_record_bytes=MAX_BYTES, wire=wire).unpersist()
+    typed = _rows(decode_fast(_raw(spark, records), wire, max_bytes=MAX_BYTES, start={}))
+    assert [(r["_typed"], r["_kind"]) for r in typed] == [(True, "change")] * 6
 
 
 def test_a_record_without_a_schema_after_its_tables_schema_is_read_with_it(spark):
@@ -685,13 +700,17 @@ def test_a_record_without_a_schema_after_its_tables_schema_is_read_with_it(spark
     want = _python(records, {})
     assert json.loads(want[0]["_row_columns"]) == [["id", "bigint"], ["n", "bigint"]]
     assert json.loads(want[2]["_row_columns"]) == [["id", "int"], ["n", "bigint"]]
-    for wire in (WireSchemas(), _learned(records)):  # record 2 to Python, or to the JVM
+    first = WireSchemas()
+    # record 2 to Python, or to the JVM; then again with the shapes the first run learnt (the
+    # JVM's image of record 3 typed, and dropped when Python reads it again)
+    for wire in (first, _learned(records), first):
         decoded = decode_raw(_raw(spark, records), max_record_bytes=MAX_BYTES, wire=wire)
         try:
             both = _rows(decoded)
         finally:
             decoded.unpersist()
         _assert_same(spark, both, want, "ingest", records, wire.marks())
+    assert first.shapes
 
 
 # --- stream order: schemas move on as the records go -----------------------------------------

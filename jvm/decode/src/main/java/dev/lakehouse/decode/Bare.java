@@ -31,9 +31,10 @@ import java.util.Set;
  *       column's, no two alike but for case.
  * </ul>
  *
- * <p>The row image comes out as JSON text ({@code _row_json}) that Spark's {@code from_json}
- * reads into any column type exactly as it reads the Python decoder's text of the same row, and
- * its columns ({@code _row_columns}) exactly as the Python decoder writes them.
+ * <p>The row image comes out typed, in the slot of its shape (its columns and their types)
+ * when the specification names one, else as JSON text ({@code _row_json}) that Spark's {@code
+ * from_json} reads into any column type exactly as it reads the Python decoder's text of the
+ * same row; its columns ({@code _row_columns}) exactly as the Python decoder writes them.
  */
 final class Bare {
   private static final JsonFactory JSON =
@@ -222,10 +223,13 @@ final class Bare {
   static final class Image {
     final String json;
     final String columns;
+    /** The values, in the columns' order. */
+    final Object[] values;
 
-    Image(String json, String columns) {
+    Image(String json, String columns, Object[] values) {
       this.json = json;
       this.columns = columns;
+      this.values = values;
     }
   }
 
@@ -299,7 +303,8 @@ final class Bare {
         columns.append("[\"").append(name).append("\", \"").append(type).append("\"]");
       }
     }
-    return new Image(json.append('}').toString(), columns.append(']').toString());
+    return new Image(
+        json.append('}').toString(), columns.append(']').toString(), row.values().toArray());
   }
 
   /**
@@ -309,7 +314,11 @@ final class Bare {
    */
   @SuppressWarnings("unchecked")
   static ValueSchema.Decoded change(
-      byte[] value, Set<String> schemaTables, Set<String> reserved, Set<String> phases) {
+      byte[] value,
+      Set<String> schemaTables,
+      Set<String> reserved,
+      Set<String> phases,
+      Map<String, Integer> shapes) {
     Object doc = document(value);
     if (!(doc instanceof Map)) {
       return null;
@@ -399,8 +408,14 @@ final class Bare {
       if (image == null) {
         return null;
       }
-      d.rowJson = image.json;
       d.rowColumns = image.columns;
+      Integer slot = shapes.get(image.columns);
+      if (slot != null) { // a known shape: typed, as a record of a known schema is
+        d.image = image.values;
+        d.slot = slot;
+      } else {
+        d.rowJson = image.json;
+      }
     }
     return d;
   }

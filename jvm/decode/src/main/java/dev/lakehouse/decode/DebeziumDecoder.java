@@ -90,6 +90,8 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     final Set<String> reserved = new HashSet<>();
 
     final Set<String> phases = new HashSet<>();
+    /** Row images without a schema typed in a slot of their own: by their columns' text. */
+    final java.util.Map<String, Integer> shapes = new java.util.HashMap<>();
 
     Compiled(String text) {
       JsonNode spec;
@@ -107,6 +109,8 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
       bare = spec.path("bare").asBoolean();
       spec.path("schemaTables").forEach(p -> schemaTables.add(p.asText()));
       spec.path("reserved").forEach(p -> reserved.add(p.asText()));
+      spec.path("bareShapes")
+          .forEach(s -> shapes.put(s.path("rowColumns").asText(), s.path("slot").asInt()));
       JsonNode v = spec.path("values");
       values = new ValueSchema[v.size()];
       List<byte[]> valuePrefixes = new ArrayList<>();
@@ -152,7 +156,7 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
       if (i >= 0) {
         d = c.values[i].decode(value);
       } else if (c.bare && !wrapped(value)) {
-        d = Bare.change(value, c.schemaTables, c.reserved, c.phases);
+        d = Bare.change(value, c.schemaTables, c.reserved, c.phases, c.shapes);
         bare = true;
       }
     }
