@@ -11,7 +11,12 @@ only the decode is timed (no source, no Delta write):
   schemas it learned in the warm-up round, as in a running ingest), then its row image in the
   column types, as the ingest's plan reads it (:func:`lakehouse.dimension.decode.row_value`);
 * ``python``: the same records through the Python decoder alone (``mapInArrow``), as every
-  record went before the JVM decode.
+  record went before the JVM decode;
+* ``jvm``: the JVM decoder alone (:func:`lakehouse.dimension.jvm_decode.decode_fast`), nothing
+  persisted, no summary: the decoder's own cost beside ``plain``;
+* ``jvm_cached``: the same, persisted as a batch persists it, counted, then read again: what
+  the batch's cache adds (run with ``LAKEHOUSE_SPARK_CONF=spark.sql.inMemoryColumnarStorage.
+  compressed=false`` to see its compression's share).
 
 The result is each plan's median seconds, events per second, and each product plan's rate
 over the plain one (the issue's target for the JVM decode is 0.9 or more).
@@ -98,7 +103,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     )
     raw.count()
     from lakehouse.dimension.decode import decode_raw
-    from lakehouse.dimension.jvm_decode import WireSchemas
+    from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
 
     wire = WireSchemas()  # one per ingest process: learned in the warm-up round
 
@@ -108,7 +113,21 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     def plain(raw: Any) -> Any:
         return plain_parse(raw, schemas=schemas)
 
-    plans = {"plain": plain, "product": product, "python": _python}
+    def jvm(raw: Any) -> Any:
+        return decode_fast(raw, wire, max_bytes=16 * 1024 * 1024, start={})
+
+    def jvm_cached(raw: Any) -> Any:
+        cached = jvm(raw).persist()
+        cached.count()
+        return cached
+
+    plans = {
+        "plain": plain,
+        "product": product,
+        "python": _python,
+        "jvm": jvm,
+        "jvm_cached": jvm_cached,
+    }
     seconds: dict[str, list[float]] = {name: [] for name in plans}
     for _ in range(rounds + 1):  # the first round warms all up and is not counted
         for name, plan in plans.items():
@@ -116,7 +135,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
             out = plan(raw)
             (_row(out) if name == "product" else out).write.format("noop").mode("overwrite").save()
             seconds[name].append(time.perf_counter() - started)
-            if name == "product":
+            if name in ("product", "jvm_cached"):
                 out.unpersist()
     medians = {name: statistics.median(s[1:]) for name, s in seconds.items()}
     return {
@@ -129,6 +148,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         "events_per_s": {k: round(n / v) for k, v in medians.items()},
         "product_over_plain": round(medians["plain"] / medians["product"], 2),
         "python_over_plain": round(medians["plain"] / medians["python"], 2),
+        "jvm_over_plain": round(medians["plain"] / medians["jvm"], 2),
     }
 
 
