@@ -40,14 +40,24 @@ from bench.measure import emit
 ROW_SCHEMA = "currency string, rate decimal(12,4), updated_at timestamp"
 
 
-def _row(decoded: Any) -> Any:
-    """The row image in the table's types, as the ingest's plan reads it."""
+def bare_row_schema(value: bytes) -> str:
+    """The columns a build table of records without a schema gets: the types the Python
+    decoder infers from a record's row image (:func:`lakehouse.cdc.schema.infer_row`)."""
+    from lakehouse.cdc.schema import infer_row
+
+    payload = json.loads(value)
+    _, columns = infer_row(payload["after"] or payload["before"])
+    return ", ".join(f"{name} {kind}" for name, kind in columns)
+
+
+def _row(decoded: Any, row_schema: str = ROW_SCHEMA) -> Any:
+    """The row image in the table's types (``row_schema``), as the ingest's plan reads it."""
     from pyspark.sql.types import StructType
 
     from lakehouse.dimension.decode import row_value
     from lakehouse.dimension.jvm_decode import image_columns, row_text
 
-    types = {f.name: f.dataType for f in StructType.fromDDL(ROW_SCHEMA).fields}
+    types = {f.name: f.dataType for f in StructType.fromDDL(row_schema).fields}
     images = image_columns(decoded.schema)
     text = row_text(images)
     return decoded.select(
@@ -61,7 +71,7 @@ def _row(decoded: Any) -> Any:
     )
 
 
-def _python(raw: Any) -> Any:
+def _python(raw: Any, row_schema: str = ROW_SCHEMA) -> Any:
     """Every record through the Python decoder (the JVM decoding none)."""
     from pyspark.sql import functions as F
 
@@ -79,7 +89,8 @@ def _python(raw: Any) -> Any:
         "offset",
         "timestamp",
     )
-    return _row(undecoded.mapInArrow(_complete_batches(16 * 1024 * 1024, {}), DECODED_DDL))
+    decoded = undecoded.mapInArrow(_complete_batches(16 * 1024 * 1024, {}), DECODED_DDL)
+    return _row(decoded, row_schema)
 
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +101,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     rounds = int(spec.get("rounds", 3))
     schemas = bool(spec.get("schemas", True))
     events = debezium_events(keys, updates, seed=7, schemas=schemas)
+    # a table of records without schemas has the types inferred from them (no logical types)
+    row_schema = ROW_SCHEMA if schemas else bare_row_schema(events[-1][1])
     n = len(events)
     spark = get_spark(app_name="bench-decode", master=spec.get("master", "local[2]"))
     rows = [(k, v, "cdc", 0, i) for i, (k, v) in enumerate(events)]
@@ -113,6 +126,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     def plain(raw: Any) -> Any:
         return plain_parse(raw, schemas=schemas)
 
+    def python(raw: Any) -> Any:
+        return _python(raw, row_schema)
+
     def jvm(raw: Any) -> Any:
         return decode_fast(raw, wire, max_bytes=16 * 1024 * 1024, start={})
 
@@ -124,7 +140,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     plans = {
         "plain": plain,
         "product": product,
-        "python": _python,
+        "python": python,
         "jvm": jvm,
         "jvm_cached": jvm_cached,
     }
@@ -133,7 +149,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         for name, plan in plans.items():
             started = time.perf_counter()
             out = plan(raw)
-            (_row(out) if name == "product" else out).write.format("noop").mode("overwrite").save()
+            final = _row(out, row_schema) if name == "product" else out
+            final.write.format("noop").mode("overwrite").save()
             seconds[name].append(time.perf_counter() - started)
             if name in ("product", "jvm_cached"):
                 out.unpersist()
