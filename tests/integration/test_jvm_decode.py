@@ -688,6 +688,46 @@ def test_plain_records_without_schemas_are_decoded_in_the_jvm(spark):
     assert [(r["_typed"], r["_kind"]) for r in typed] == [(True, "change")] * 6
 
 
+#: Bytes put inside a JSON string: well-formed UTF-8 of 2, 3 and 4 bytes (and a byte order
+#: mark's character, which is text inside a string), then what strict UTF-8 refuses: overlong
+#: forms, a surrogate, a code point beyond U+10FFFF, a truncated character, stray bytes.
+_WELL_FORMED = [b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xef\xbb\xbf"]
+_ILL_FORMED = [
+    b"\xc0\xaf",
+    b"\xe0\x80\xaf",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xe2\x82",
+    b"\x80",
+    b"\xf5\x80\x80\x80",
+    b"\xc2",
+]
+
+
+def test_text_that_is_not_strict_utf8_goes_to_python_with_and_without_schemas(spark):
+    """Well-formed characters are decoded in the JVM, with a Connect schema and without; a
+    record with any ill-formed byte sequence is the Python decoder's (its dead letter)."""
+    records: list[Record] = []
+    for i, inside in enumerate(_WELL_FORMED + _ILL_FORMED):
+        bare = {
+            "before": None,
+            "after": {"sku": f"A-{i}-@", "n": i},
+            "source": {
+                "connector": "postgresql",
+                "ts_ms": 1_700_000_000_000 + i,
+                "db": "shop",
+                "schema": "public",
+                "table": "prices",
+                "lsn": 100 + i,
+            },
+            "op": "c",
+        }
+        records.append((None, _wire(bare).replace(b"-@", b"-" + inside)))
+        records.append((None, _change(i, False).replace(b'"db":"db"', b'"db":"d' + inside + b'"')))
+    counts = _three_ways(spark, records, {})
+    assert counts["jvm"] == counts["changes"] == 2 * len(_WELL_FORMED), counts
+
+
 def test_a_record_without_a_schema_after_its_tables_schema_is_read_with_it(spark):
     """The JVM reads records without a schema by their values; one that follows a record of
     its table with a Connect schema (in its source partition) is read with that schema, by

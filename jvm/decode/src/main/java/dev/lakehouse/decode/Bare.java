@@ -149,38 +149,11 @@ final class Bare {
         i++;
         continue;
       }
-      int len;
-      int cp;
-      int min;
-      if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-        min = 0x80;
-      } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-        min = 0x800;
-      } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-        min = 0x10000;
-      } else {
+      int cp = CanonicalReader.codePoint(b, i, n);
+      if (cp < 0) {
         return false;
       }
-      if (i + len > n) {
-        return false;
-      }
-      for (int k = 1; k < len; k++) {
-        int cc = b[i + k] & 0xFF;
-        if ((cc & 0xC0) != 0x80) {
-          return false;
-        }
-        cp = (cp << 6) | (cc & 0x3F);
-      }
-      if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        return false;
-      }
-      i += len;
+      i += CanonicalReader.utf8Length(cp);
     }
     return true;
   }

@@ -365,13 +365,22 @@ final class CanonicalReader {
     return -1; // lower case is not what Jackson writes
   }
 
-  private boolean continuation(int at) {
-    return at < end && (b[at] & 0xC0) == 0x80;
-  }
-
   /** One multi-byte UTF-8 character (well-formed: shortest form, no surrogate), or -1. */
   private int utf8() {
-    int c = b[pos] & 0xFF;
+    int cp = codePoint(b, pos, end);
+    if (cp >= 0) {
+      pos += utf8Length(cp);
+    }
+    return cp;
+  }
+
+  /**
+   * The code point of the multi-byte UTF-8 character at {@code at} of {@code b} (which ends at
+   * {@code end}) when it is well-formed (shortest form, no surrogate, at most U+10FFFF), else
+   * -1; it is {@link #utf8Length} bytes long.
+   */
+  static int codePoint(byte[] b, int at, int end) {
+    int c = b[at] & 0xFF;
     int n;
     int cp;
     int min;
@@ -390,16 +399,21 @@ final class CanonicalReader {
     } else {
       return -1;
     }
-    for (int i = 1; i < n; i++) {
-      if (!continuation(pos + i)) {
-        return -1;
-      }
-      cp = (cp << 6) | (b[pos + i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    if (at + n > end) {
       return -1;
     }
-    pos += n;
-    return cp;
+    for (int i = 1; i < n; i++) {
+      int cc = b[at + i] & 0xFF;
+      if ((cc & 0xC0) != 0x80) {
+        return -1;
+      }
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    return cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) ? -1 : cp;
+  }
+
+  /** The length in UTF-8 of a code point above U+007F (the shortest form's). */
+  static int utf8Length(int cp) {
+    return cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
   }
 }
