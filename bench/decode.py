@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.e2e import debezium_events, plain_parse
 from bench.measure import emit
+from lakehouse.cdc.decode import DEFAULT_MAX_BYTES
 
 #: The row image's columns as the build table types them (``DebeziumTable``'s rates schema).
 ROW_SCHEMA = "currency string, rate decimal(12,4), updated_at timestamp"
@@ -89,7 +90,7 @@ def _python(raw: Any, row_schema: str = ROW_SCHEMA) -> Any:
         "offset",
         "timestamp",
     )
-    decoded = undecoded.mapInArrow(_complete_batches(16 * 1024 * 1024, {}), DECODED_DDL)
+    decoded = undecoded.mapInArrow(_complete_batches(DEFAULT_MAX_BYTES, {}), DECODED_DDL)
     return _row(decoded, row_schema)
 
 
@@ -130,7 +131,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         return _python(raw, row_schema)
 
     def jvm(raw: Any) -> Any:
-        return decode_fast(raw, wire, max_bytes=16 * 1024 * 1024, start={})
+        return decode_fast(raw, wire, max_bytes=DEFAULT_MAX_BYTES, start={})
 
     def jvm_cached(raw: Any) -> Any:
         cached = jvm(raw).persist()
