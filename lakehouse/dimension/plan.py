@@ -395,6 +395,7 @@ def plan_target(
     block: SchemaBlock | None = None,
     replay: bool = False,
     schema_changes: Sequence[Mapping[str, Any]] = (),
+    built: dict[Any, Any] | None = None,
 ) -> tuple[TargetPlan, TargetFrames]:
     """Plan one target for this batch: its columns (:func:`decide_columns`), then its rows
     and rejected records as lazy DataFrames. ``summary``: the target's change groups.
@@ -405,9 +406,10 @@ def plan_target(
         replay: planning the dead letters of a block again (:mod:`.schema_block`): records
             that do not fit are rejected, but start no block and hold nothing back.
         schema_changes: the batch's DDL events of the target's source table.
+        built: the caller's cache of the table's expressions, kept between batches (they
+            depend on its columns and row images only).
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
 
     uri = target.table_uri
     changes = tuple(schema_changes)
@@ -465,8 +467,86 @@ def plan_target(
     # only the image columns this table's records are in: a batch over many tables would
     # otherwise build (and evaluate) every table's images into every table's rows
     images = row_images(decoded.schema, summary)
+    # a table's expressions are the same batch after batch while its columns are (made over
+    # py4j, a call per function: about half of a table's plan); those of refused column sets
+    # and of value checks hold this batch's records, and are made each time
+    shape = (uri, tuple(images), order, tuple(chosen.items()), key_columns)
+    if built is not None and not incompatible and not columns.value_checks and shape in built:
+        made = built[shape]
+    else:
+        made = _expressions(target, images, columns, key_columns, reason, kind)
+        if built is not None and not incompatible and not columns.value_checks:
+            built[shape] = made
+    reason, kind, event_time = made.reason, made.kind, made.event_time
+    mine = mine.withColumn("_v", made.value)
+    if target.max_future_ms is not None:
+        # against the wall clock at planning: a version from the far future would hold the
+        # build watermark there for good
+        limit = int(time.time() * 1000) + target.max_future_ms
+        future = F.unix_millis(event_time) > batch_long(limit)
+        reason = F.when(reason.isNotNull(), reason).when(
+            future,
+            F.concat(
+                F.lit("event time "),
+                event_time.cast("string"),
+                F.lit(
+                    f" is more than max_future_ms = {target.max_future_ms} past the wall "
+                    "clock (a wrong clock, or epoch seconds/microseconds read as milliseconds)"
+                ),
+            ),
+        )
+        kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
+    mine = mine.withColumns({"_reject": reason, "_reject_kind": kind})
+
+    rejected = mine.filter(F.col("_reject").isNotNull()).withColumns(
+        {"_error": F.col("_reject"), "_error_kind": F.col("_reject_kind")}
+    )
+    good = mine.filter(F.col("_reject").isNull())
+    rows = good.select(*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested)
+    mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
+    plan = TargetPlan(
+        target=target,
+        key_columns=key_columns,
+        rejected_count=mismatched + held_count,
+        evidence=evidence,
+        blocked_count=mismatched + held_count if evidence is not None else 0,
+        schema_changes=changes,
+        refused_columns=frozenset(incompatible),
+    )
+    return plan, TargetFrames(rows=rows, rejected=rejected)
+
+
+@dataclass(frozen=True, slots=True)
+class _Expressions:
+    """A table's expressions over its decoded records (:func:`_expressions`): the row value
+    ``_v``, the event time, the dead-letter reason and kind up to the wall-clock check, and the
+    row's columns before and after ``INGESTED_AT`` (the batch's, added by the caller)."""
+
+    value: Column
+    event_time: Column
+    reason: Column
+    kind: Column
+    before_ingested: tuple[Column, ...]
+    after_ingested: tuple[Column, ...]
+
+
+def _expressions(
+    target: BuildTarget,
+    images: Sequence[tuple[str, StructType]],
+    columns: ColumnPlan,
+    key_columns: Sequence[str],
+    reason: Column,
+    kind: Column,
+) -> _Expressions:
+    """A table's :class:`_Expressions`, its records' typed images in ``images``, its columns
+    ``columns``; ``reason`` and ``kind``: the dead-letter reason and kind so far (of refused
+    column sets)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    chosen, order = columns.types, columns.order
     text = row_text(images)
-    mine = mine.withColumn("_v", row_value(images, order, chosen, text))
+    value = row_value(images, order, chosen, text)
     # bigint values going into a double column (widened, or widened before): each is
     # checked, and one a double does not hold exactly is dead-lettered, never rounded
     for name, (record_type, sets) in columns.value_checks.items():
@@ -502,55 +582,28 @@ def plan_target(
         .when(not_truncate & key_null, F.lit("missing_key"))
         .when(event_time.isNull(), F.lit("missing_event_time"))
     )
-    if target.max_future_ms is not None:
-        # against the wall clock at planning: a version from the far future would hold the
-        # build watermark there for good
-        limit = int(time.time() * 1000) + target.max_future_ms
-        future = F.unix_millis(event_time) > batch_long(limit)
-        reason = F.when(reason.isNotNull(), reason).when(
-            future,
-            F.concat(
-                F.lit("event time "),
-                event_time.cast("string"),
-                F.lit(
-                    f" is more than max_future_ms = {target.max_future_ms} past the wall "
-                    "clock (a wrong clock, or epoch seconds/microseconds read as milliseconds)"
-                ),
-            ),
-        )
-        kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
-    mine = mine.withColumns({"_reject": reason, "_reject_kind": kind})
-
-    rejected = mine.filter(F.col("_reject").isNotNull()).withColumns(
-        {"_error": F.col("_reject"), "_error_kind": F.col("_reject_kind")}
-    )
-    good = mine.filter(F.col("_reject").isNull())
     seq = F.coalesce(
         F.col("_seq"),
         F.format_string("k%010d.%020d", F.col("partition"), F.col("offset")),
     )
-    rows = good.select(
-        *[F.col("_v")[n].alias(n) for n in order],
-        F.col("_op").alias(OP),
-        event_time.alias(EVENT_TIME),
-        seq.alias(SEQ),
-        F.col("_snapshot_phase").isin(*SNAPSHOT_PHASES).alias(SNAPSHOT),
-        batch_now().alias(INGESTED_AT),
-        F.col("topic").alias(KAFKA_TOPIC),
-        F.col("partition").alias(KAFKA_PARTITION),
-        F.col("offset").alias(KAFKA_OFFSET),
+    return _Expressions(
+        value=value,
+        event_time=event_time,
+        reason=reason,
+        kind=kind,
+        before_ingested=(
+            *[F.col("_v")[n].alias(n) for n in order],
+            F.col("_op").alias(OP),
+            event_time.alias(EVENT_TIME),
+            seq.alias(SEQ),
+            F.col("_snapshot_phase").isin(*SNAPSHOT_PHASES).alias(SNAPSHOT),
+        ),
+        after_ingested=(
+            F.col("topic").alias(KAFKA_TOPIC),
+            F.col("partition").alias(KAFKA_PARTITION),
+            F.col("offset").alias(KAFKA_OFFSET),
+        ),
     )
-    mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
-    plan = TargetPlan(
-        target=target,
-        key_columns=key_columns,
-        rejected_count=mismatched + held_count,
-        evidence=evidence,
-        blocked_count=mismatched + held_count if evidence is not None else 0,
-        schema_changes=changes,
-        refused_columns=frozenset(incompatible),
-    )
-    return plan, TargetFrames(rows=rows, rejected=rejected)
 
 
 def _block_evidence(

@@ -216,6 +216,8 @@ class BuildSink:
         self.decode_tasks = decode_tasks
         self.signal_topics = tuple(sorted({t for x in targets for t in x.snapshot.topics}))
         self._markers_checked = False
+        #: each table's plan expressions, by what they depend on (see :func:`plan_target`)
+        self._expressions: dict[Any, Any] = {}
         #: the Connect schemas the JVM decode knows, learned batch by batch
         self._wire = WireSchemas()
 
@@ -246,6 +248,8 @@ class BuildSink:
             workers=self.table_parallelism,
         )
         looks = {t.table_uri: look for t, look in zip(self.targets, looked, strict=True)}
+        if len(self._expressions) > 16 * len(self.targets):
+            self._expressions.clear()  # tables whose columns moved on: their old ones
         if all(look.replay for look in looks.values()):
             return BatchReport(
                 batch_id=batch_id,
@@ -472,6 +476,7 @@ class BuildSink:
                 for d in ddl_events
                 if target.source_table is None or target.source_table in d["tables"]
             ],
+            built=self._expressions,
         )
 
     def _commit_target(
