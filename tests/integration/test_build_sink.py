@@ -282,3 +282,49 @@ def test_tables_worked_on_at_once_end_as_tables_worked_on_one_by_one(spark, tmp_
     one_by_one, at_once = ingest(1), ingest(4)
     assert one_by_one == at_once
     assert one_by_one["fees"] and one_by_one["dead letters"]
+
+
+def _with_note(message, note):
+    """An update ``message`` whose row image has one more (string) column, ``note``."""
+    import copy
+
+    from lakehouse.testing.debezium import Message
+
+    document = copy.deepcopy(dict(message.value))
+    document["payload"]["after"]["note"] = note
+    for part in document["schema"]["fields"]:
+        if part["field"] in ("before", "after"):
+            part["fields"].append({"type": "string", "optional": True, "field": "note"})
+    return Message(message.key, document)
+
+
+def test_a_table_s_plan_expressions_are_made_once_while_its_columns_stay(spark, tmp_path):
+    """The sink keeps a table's plan expressions between batches while its row images and
+    columns are the same, and makes new ones when a column comes: each batch's rows are the
+    changes it brought, stamped with that batch's ingest time."""
+    t = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
+    sink = _sink(tmp_path, key_columns=("currency",))
+    offset = 0
+
+    def run(messages, batch_id):
+        nonlocal offset
+        sink.process(_raw(spark, messages, first_offset=offset), batch_id)
+        offset += len(messages)
+
+    run(t.snapshot([{"currency": "EUR", "rate": "1.0000"}]), 0)
+    for b in (1, 2, 3):
+        run([t.update({"currency": "EUR", "rate": f"{b}.0000"})], b)
+    made = dict(sink._expressions)
+    assert len(made) == 2, list(made)  # the snapshot's image, then the log's
+    run([_with_note(t.update({"currency": "EUR", "rate": "4.0000"}), "new")], 4)
+    assert len(sink._expressions) == 3 and all(sink._expressions[k] is v for k, v in made.items())
+    rows = delta.read(spark, str(tmp_path / "build")).orderBy("_seq").collect()
+    assert [(str(r["rate"]), r["note"]) for r in rows] == [
+        ("1.0000", None),
+        ("1.0000", None),
+        ("2.0000", None),
+        ("3.0000", None),
+        ("4.0000", "new"),
+    ]
+    stamps = [r[INGESTED_AT] for r in rows[1:]]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
