@@ -215,6 +215,22 @@ def connector_records(
     return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(by_topic)), schema)
 
 
+def add_column(message: Any, name: str, connect_type: str, value: Any) -> Any:
+    """A Debezium ``message`` (:class:`lakehouse.testing.debezium.Message`, with its Connect
+    schema) whose row images have one more optional column ``name`` of ``connect_type``, its
+    ``after`` image holding ``value``."""
+    import copy
+
+    from lakehouse.testing.debezium import Message
+
+    document = copy.deepcopy(dict(message.value))
+    for image in document["schema"]["fields"]:
+        if image["field"] in ("before", "after"):
+            image["fields"].append({"type": connect_type, "optional": True, "field": name})
+    document["payload"]["after"][name] = value
+    return Message(message.key, document)
+
+
 def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every path into a JSON document (keys and list indexes), the root ``()`` first."""
     out = [prefix]

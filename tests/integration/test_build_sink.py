@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 from conftest import FIXTURES
-from helpers import assert_rows_equal, data_commit_of_batch
+from helpers import add_column, assert_rows_equal, data_commit_of_batch
 from pyspark.sql.types import StructType
 
 from lakehouse import delta
@@ -284,20 +284,6 @@ def test_tables_worked_on_at_once_end_as_tables_worked_on_one_by_one(spark, tmp_
     assert one_by_one["fees"] and one_by_one["dead letters"]
 
 
-def _with_note(message, note):
-    """An update ``message`` whose row image has one more (string) column, ``note``."""
-    import copy
-
-    from lakehouse.testing.debezium import Message
-
-    document = copy.deepcopy(dict(message.value))
-    document["payload"]["after"]["note"] = note
-    for part in document["schema"]["fields"]:
-        if part["field"] in ("before", "after"):
-            part["fields"].append({"type": "string", "optional": True, "field": "note"})
-    return Message(message.key, document)
-
-
 def test_a_table_s_plan_expressions_are_made_once_while_its_columns_stay(spark, tmp_path):
     """The sink keeps a table's plan expressions between batches while its row images and
     columns are the same, and makes new ones when a column comes: each batch's rows are the
@@ -316,7 +302,7 @@ def test_a_table_s_plan_expressions_are_made_once_while_its_columns_stay(spark, 
         run([t.update({"currency": "EUR", "rate": f"{b}.0000"})], b)
     made = dict(sink._expressions)
     assert len(made) == 2, list(made)  # the snapshot's image, then the log's
-    run([_with_note(t.update({"currency": "EUR", "rate": "4.0000"}), "new")], 4)
+    run([add_column(t.update({"currency": "EUR", "rate": "4.0000"}), "note", "string", "new")], 4)
     assert len(sink._expressions) == 3 and all(sink._expressions[k] is v for k, v in made.items())
     rows = delta.read(spark, str(tmp_path / "build")).orderBy("_seq").collect()
     assert [(str(r["rate"]), r["note"]) for r in rows] == [

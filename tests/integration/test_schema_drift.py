@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import FIXTURES
-from helpers import lakehouse_command, raw_records
+from helpers import add_column, lakehouse_command, raw_records
 from pyspark.sql.types import StructType
 from typer.testing import CliRunner
 
@@ -55,14 +55,6 @@ def _raw(spark, records, *, partition=0, first_offset=0, offsets=None, topic="cd
 
 def _fields(value):
     return [f for f in value["schema"]["fields"] if f["field"] in ("before", "after")]
-
-
-def _add_column(msg: Message, name: str, connect_type: str, value) -> Message:
-    v = copy.deepcopy(dict(msg.value))
-    for f in _fields(v):
-        f["fields"].append({"type": connect_type, "optional": True, "field": name})
-    v["payload"]["after"][name] = value
-    return Message(msg.key, v)
 
 
 def _drop_column(msg: Message, name: str) -> Message:
@@ -125,7 +117,7 @@ def test_new_column_reaches_the_output_and_a_dropped_column_reads_null(spark, tm
     assert join.process(_probe(spark, [(1, "EUR", 0)]), 0).matched == 1
 
     # ALTER TABLE rates ADD COLUMN bank text; then the column is dropped again
-    added = _add_column(t.update({"currency": "EUR", "rate": "1.09"}), "bank", "string", "ECB")
+    added = add_column(t.update({"currency": "EUR", "rate": "1.09"}), "bank", "string", "ECB")
     dropped = _drop_column(
         _drop_column(t.update({"currency": "EUR", "rate": "1.10"}), "bank"), "rate"
     )
@@ -169,9 +161,9 @@ def test_a_column_first_seen_as_null_takes_the_type_of_its_first_value(spark, tm
 def test_a_lossless_narrower_type_is_accepted(spark, tmp_path):
     t = DebeziumTable("public", "rates", key="currency", start_ms=START)
     sink = _sink(tmp_path)
-    snap = _add_column(t.snapshot([{"currency": "EUR", "rate": "1"}])[0], "n", "int64", 5)
+    snap = add_column(t.snapshot([{"currency": "EUR", "rate": "1"}])[0], "n", "int64", 5)
     sink.process(_raw(spark, [snap]), 0)
-    narrower = _add_column(t.update({"currency": "EUR", "rate": "2"}), "n", "int32", 6)
+    narrower = add_column(t.update({"currency": "EUR", "rate": "2"}), "n", "int32", 6)
     r = sink.process(_raw(spark, [narrower], first_offset=1), 1)
     assert (r.dead_lettered, r.targets[0].rows, r.targets[0].schema_block) == (0, 1, None)
 
@@ -191,10 +183,10 @@ def test_a_value_decoded_in_the_jvm_goes_into_a_wider_column_as_its_json_text_do
     )
     t = DebeziumTable("public", "rates", key="currency", start_ms=START)
     sink = _sink(tmp_path)
-    snap = _add_column(t.snapshot([{"currency": "EUR", "rate": "1"}])[0], "x", "float64", 1.1)
+    snap = add_column(t.snapshot([{"currency": "EUR", "rate": "1"}])[0], "x", "float64", 1.1)
     sink.process(_raw(spark, [snap]), 0)
     for batch, x in ((1, 3.3), (2, 2.2)):  # the float32 schema: new in 1, known in 2
-        update = _add_column(t.update({"currency": "EUR", "rate": "2"}), "x", "float32", x)
+        update = add_column(t.update({"currency": "EUR", "rate": "2"}), "x", "float32", x)
         r = sink.process(_raw(spark, [update], first_offset=batch), batch)
         assert (r.dead_lettered, r.targets[0].rows) == (0, 1)
         assert len(rests) == 1  # batch 1 only, a new schema's: batch 2 is the JVM's alone
