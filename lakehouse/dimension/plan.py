@@ -470,13 +470,13 @@ def plan_target(
     # a table's expressions are the same batch after batch while its columns are (made over
     # py4j, a call per function: about half of a table's plan); those of refused column sets
     # and of value checks hold this batch's records, and are made each time
+    kept = None if incompatible or columns.value_checks else built
     shape = (uri, tuple(images), order, tuple(chosen.items()), key_columns)
-    if built is not None and not incompatible and not columns.value_checks and shape in built:
-        made = built[shape]
-    else:
-        made = _expressions(target, images, columns, key_columns, reason, kind)
-        if built is not None and not incompatible and not columns.value_checks:
-            built[shape] = made
+    made = kept.get(shape) if kept is not None else None
+    if made is None:
+        made = _expressions(target, images, columns, reason, kind)
+        if kept is not None:
+            kept[shape] = made
     reason, kind, event_time = made.reason, made.kind, made.event_time
     mine = mine.withColumn("_v", made.value)
     if target.max_future_ms is not None:
@@ -534,7 +534,6 @@ def _expressions(
     target: BuildTarget,
     images: Sequence[tuple[str, StructType]],
     columns: ColumnPlan,
-    key_columns: Sequence[str],
     reason: Column,
     kind: Column,
 ) -> _Expressions:
@@ -544,7 +543,7 @@ def _expressions(
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
-    chosen, order = columns.types, columns.order
+    chosen, order, key_columns = columns.types, columns.order, columns.key_columns
     text = row_text(images)
     value = row_value(images, order, chosen, text)
     # bigint values going into a double column (widened, or widened before): each is
