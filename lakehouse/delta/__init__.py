@@ -44,6 +44,7 @@ from lakehouse.delta.write import append as append
 from lakehouse.delta.write import compact_files as compact_files
 from lakehouse.delta.write import overwrite as overwrite
 from lakehouse.delta.write import stage_append as stage_append
+from lakehouse.delta.write import stage_appends as stage_appends
 
 __all__ = [
     "NAMESPACE",
@@ -76,6 +77,7 @@ __all__ = [
     "snapshot",
     "spark_schema_to_arrow",
     "stage_append",
+    "stage_appends",
     "table_exists",
     "table_schema",
     "transaction_version",

@@ -426,3 +426,233 @@ def write_on(
         before_commit=before_commit,
         defer_checkpoint=defer_checkpoint,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TableRows:
+    """One table's share of :func:`stage_tables`: its log and the snapshot the batch read, the
+    type of its rows (the JVM ``StructType`` of its column of the input, the table's schema),
+    the idempotent transaction the commit records, and the ordinal of the event-time field
+    whose largest value is wanted (-1: none)."""
+
+    log: Any
+    jsnapshot: Any
+    schema: Any
+    app_id: str
+    version: int
+    event_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRows:
+    """What :func:`stage_tables` wrote of one table: its staged commit and its rows' count and
+    largest event time (epoch milliseconds, Spark's ``unix_millis``; None without rows)."""
+
+    staged: Staged
+    count: int
+    max_event_time_ms: int | None
+
+
+def _write_operation(
+    spark: SparkSession, save_mode: Any, merge: Any
+) -> Callable[[str | None], Any]:
+    """Delta's ``WRITE`` operation of an append or overwrite (``save_mode``), given the commit's
+    ``userMetadata``: its signature tried now, so that a commit cannot meet another."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    none = _none(spark)
+    some = _class(spark, "scala.Option").apply
+    nil = getattr(_class(spark, "scala.collection.immutable.Nil$"), "MODULE$")
+    write_class = _class(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")
+    try:  # delta-spark 4.4 (pinned in jvm/spark)
+        write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
+
+        def operation(text: str | None) -> Any:
+            return write_class(
+                save_mode, some(nil), none, some(text), none, none, merge, none, none
+            )
+    except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
+        if isinstance(e, Py4JJavaError):
+            raise
+
+        write_class(save_mode, some(nil), none, none)
+
+        def operation(text: str | None) -> Any:
+            return write_class(save_mode, some(nil), none, some(text))
+
+    return operation
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """A table's writer for :func:`stage_tables`: its transaction, commit protocol, statistics
+    tracker (None: Delta collects none) and the JVM ``TableOutput`` the tasks get."""
+
+    txn: Any
+    committer: Any
+    stats: Any | None
+    output: Any
+
+
+def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any) -> _Output:
+    """What Delta's ``TransactionalWrite.writeFiles`` gives Spark's file writer for an append
+    of rows of ``table.schema`` to the table, on a transaction started from its snapshot."""
+    delta = "org.apache.spark.sql.delta"
+    datasources = "org.apache.spark.sql.execution.datasources"
+    session = spark._jsparkSession
+    gateway: Any = spark.sparkContext._gateway
+    none = _none(spark)
+    some = _class(spark, "scala.Option").apply
+    basic = _class(spark, f"{datasources}.BasicWriteJobStatsTracker")
+    log = table.log
+    txn = log.startTransaction(none, some(table.jsnapshot))
+    metadata = txn.metadata()
+    # as Delta makes a write's output (makeOutputNullable)
+    schema = _class(spark, f"{delta}.schema.SchemaUtils").typeAsNullable(table.schema)
+    data_path = log.dataPath()
+    attributes = _class(spark, "org.apache.spark.sql.catalyst.types.DataTypeUtils").toAttributes
+    pair = txn.getOptionalStatsTrackerAndStatsCollection(
+        attributes(schema), data_path, _class(spark, "org.apache.spark.sql.types.StructType")(), jdf
+    )
+    stats = pair._1()
+    conf = session.sessionState().newHadoopConfWithOptions(
+        metadata.configuration().concat(log.options())
+    )
+    job = _class(spark, "org.apache.hadoop.mapreduce.Job").getInstance(conf)
+    _class(spark, "org.apache.hadoop.mapreduce.lib.output.FileOutputFormat").setOutputPath(
+        job, data_path
+    )
+    options = _parquet_options(spark, metadata)
+    factory = log.fileFormat(txn.protocol(), metadata).prepareWrite(session, job, options, schema)
+    # the commit's operation metrics (files, rows, bytes), as Delta's writer registers them
+    history = basic(shared, basic.metrics())
+    txn.registerSQLMetrics(session, history.driverSideMetrics())
+    trackers = [history] if stats.isEmpty() else [stats.get(), history]
+    jtrackers = gateway.new_array(
+        _class(spark, f"{datasources}.WriteJobStatsTracker"), len(trackers)
+    )
+    for k, tracker in enumerate(trackers):
+        jtrackers[k] = tracker
+    committer = txn.getCommitter(data_path)
+    output = _class(spark, "dev.lakehouse.write.TableOutput")(
+        committer,
+        factory,
+        job.getConfiguration(),
+        shared,
+        schema,
+        jtrackers,
+        table.event_time,
+    )
+    return _Output(txn, committer, None if stats.isEmpty() else stats.get(), output)
+
+
+def _parquet_options(spark: SparkSession, metadata: Any) -> Any:
+    """The Parquet writer options Delta's writer gives a table's files (the format version
+    the table asks for); none where this delta-spark gives none (4.0)."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    empty = _class(spark, "scala.collection.immutable.HashMap")()
+    versions = _class(spark, "org.apache.spark.sql.delta.util.TableParquetVersionOption")
+    try:
+        return versions.getWriterOptions(spark._jsparkSession, empty, metadata.configuration())
+    except Py4JError as e:
+        if isinstance(e, Py4JJavaError):
+            raise
+        return empty
+
+
+def stage_tables(
+    spark: SparkSession,
+    jdf: Any,
+    tables: Sequence[TableRows | None],
+    *,
+    max_files: int,
+    workers: int = 1,
+) -> list[StagedRows | None]:
+    """Write every table's rows in one Spark job (lakehouse's ``MultiTableWrite``), each
+    table's files as :func:`stage_on` writes an append's, and stop before the commits: per
+    table, a transaction started from its snapshot, holding the files' ``add`` actions
+    (Delta's Parquet writer, commit protocol and file statistics for that transaction) and
+    the ``SetTransaction`` of ``(app_id, version)``, for :func:`commit_on`. At most
+    ``max_files`` files per table.
+
+    ``jdf``'s column ``i`` is table ``i``'s row (a struct) or null; a column whose table is
+    None is not written (its result is None). ``workers``: tables whose writers are prepared
+    at once (py4j calls, Delta's planning of each table's statistics).
+
+    The caller has checked that each table takes its rows as they are: the rows' type is the
+    table's schema, the table is not partitioned and has no column mapping, constraints,
+    generated or identity columns, and Delta would not reshape the write (optimized writes,
+    a file row limit). Delta's writer would change nothing of such an append but the job
+    it runs.
+
+    Raises:
+        Unsupported: before anything is written, when this delta-spark or this Spark lacks one
+            of the internals (the caller writes each table as :func:`stage_on` does).
+    """
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    gateway: Any = spark.sparkContext._gateway
+    chosen = [(i, t) for i, t in enumerate(tables) if t is not None]
+    try:
+        # the tables' configurations differ in a few keys: the tasks get one whole
+        shared = _class(spark, "org.apache.spark.util.SerializableConfiguration")(
+            chosen[0][1].log.newDeltaHadoopConf()
+        )
+        if workers > 1 and len(chosen) > 1:
+            with ThreadPoolExecutor(min(workers, len(chosen))) as pool:
+                outputs = list(
+                    pool.map(lambda it: _prepare_output(spark, jdf, it[1], shared), chosen)
+                )
+        else:
+            outputs = [_prepare_output(spark, jdf, t, shared) for _, t in chosen]
+        joutputs = gateway.new_array(_class(spark, "dev.lakehouse.write.TableOutput"), len(tables))
+        for (i, _), prepared in zip(chosen, outputs, strict=True):
+            joutputs[i] = prepared.output
+        write = _class(spark, "dev.lakehouse.write.MultiTableWrite").write
+        operation = _write_operation(
+            spark, _class(spark, "org.apache.spark.sql.SaveMode").Append, _none(spark)
+        )
+        rdd = jdf.queryExecution().toRdd()
+    except Py4JError as e:
+        if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
+            raise
+        raise Unsupported(str(e).splitlines()[0]) from e
+    written = write(rdd, joutputs, max_files)
+    action = getattr(_class(spark, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+    converters = _class(spark, "scala.jdk.javaapi.CollectionConverters")
+    tags = _class(spark, "scala.collection.immutable.HashMap")()
+    now = int(time.time() * 1000)
+    out: list[StagedRows | None] = [None] * len(tables)
+    for (i, table), prepared in zip(chosen, outputs, strict=True):
+        actions = _class(spark, "java.util.ArrayList")()
+        txn_line = {"txn": {"appId": table.app_id, "version": table.version, "lastUpdated": now}}
+        actions.add(action.fromJson(json.dumps(txn_line)))
+        recorded = None if prepared.stats is None else prepared.stats.recordedStats()
+        added = prepared.committer.addedStatuses()
+        for k in range(added.size()):
+            add = added.apply(k)
+            line = json.loads(add.json())
+            if recorded is not None:
+                line["add"]["stats"] = recorded.apply(add.toPath().getName())
+            if not line["add"].get("tags"):
+                line["add"].pop("tags", None)  # as Delta's writer leaves an add's
+            actions.add(action.fromJson(json.dumps(line)))
+        prepared.txn.readTxn().addOne(table.app_id)
+        result = written[i]
+        biggest = result.maxEventTimeMillis()
+        out[i] = StagedRows(
+            staged=Staged(
+                spark=spark,
+                txn=prepared.txn,
+                actions=converters.asScala(actions).toSeq(),
+                tags=tags,
+                operation=operation,
+            ),
+            count=int(result.rows()),
+            max_event_time_ms=None if biggest is None else int(biggest),
+        )
+    return out

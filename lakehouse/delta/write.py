@@ -51,7 +51,7 @@ from lakehouse.failpoints import failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("lakehouse.delta")
 
@@ -67,6 +67,19 @@ COMPACT_EVERY_CONF = "spark.lakehouse.compactEveryVersions"
 #: already told whether the table records the batch, instead of letting Delta's writer ask
 #: again (a rebuild of the table's state, about 0.3 s a write): "false" turns that off.
 DIRECT_WRITE_CONF = "spark.lakehouse.directWrite"
+#: Appends of many tables staged together (:func:`stage_appends`) write all their files in one
+#: Spark job: "false" writes each table's in a job of its own (:func:`stage_append`).
+TABLES_TOGETHER_CONF = "spark.lakehouse.writeTablesTogether"
+#: Table properties under which Delta's writer reshapes an append's files or checks its rows
+#: (a staged-together append leaves such a table to it), by the value that turns them on.
+_RESHAPING_PROPERTIES = {
+    "delta.randomizeFilePrefixes": "true",
+    "delta.autoOptimize.optimizeWrite": "true",
+    "delta.enableIcebergCompatV1": "true",
+    "delta.enableIcebergCompatV2": "true",
+    "delta.enableIcebergCompatV3": "true",
+    "delta.enableVariantShredding": "true",
+}
 #: How long :meth:`StagedAppend.metrics` waits for Spark to report a write's observed metrics
 #: (its listener bus delivers them a moment after the job ends).
 METRICS_WAIT_S = 30.0
@@ -332,11 +345,15 @@ class StagedAppend:
     compact_every: int | None = None
     #: the properties of the table the commit creates (None: it appends to an existing one)
     creates: Mapping[str, str] | None = None
+    #: what the write itself counted, when it did (:func:`stage_appends`), by alias
+    observed: Mapping[str, Any] | None = None
 
     def metrics(self, wait_s: float = METRICS_WAIT_S) -> dict[str, Any] | None:
         """The values of the ``observe`` expressions over the rows written, by alias. Spark
         reports them when the write's query ends, through its listener bus; None when it
         has not within ``wait_s`` seconds (a listener bus behind), or nothing was observed."""
+        if self.observed is not None:
+            return dict(self.observed)
         if self.observation is None:
             return None
         future = self.observation._jo.future()
@@ -469,6 +486,112 @@ def stage_append(
         observation=observation,
         compact_every=compact_every,
         creates=None if create is None else dict(create),
+    )
+
+
+def stage_appends(
+    df: DataFrame,
+    uris: Sequence[str],
+    *,
+    txn: tuple[str, int],
+    max_files: int,
+    event_time: str,
+    workers: int = 1,
+    compact_every: int | None = None,
+) -> list[StagedAppend | None]:
+    """:func:`stage_append` ``(rows, uri, txn=txn, max_files=max_files)`` of many tables, their
+    files written by one Spark job (:func:`lakehouse.delta._engine.stage_tables`) instead of a
+    job per table. ``df``'s column ``i`` holds table ``uris[i]``'s rows: a struct of the
+    table's columns, or null where a record makes no row of that table. Each staged append's
+    :meth:`StagedAppend.metrics` are ``n``, its row count, and ``m``, its largest
+    ``event_time`` field (epoch milliseconds), counted by the write. ``workers``: tables whose
+    writers are prepared at once.
+
+    None, with nothing written, for a table that :func:`stage_append` would refuse, or that
+    would not take the rows as they are (:func:`_takes_as_is`: a type to cast or widen, a
+    partitioned table, ...), or for every table when the session turns this off
+    (:data:`TABLES_TOGETHER_CONF`): the caller stages those one by one. The commits are each
+    table's own, exactly as :func:`stage_append`'s: a batch that stops between the job and a
+    commit leaves files that no version names, and its replay writes them again."""
+    from pyspark.sql.types import StructType
+
+    spark = df.sparkSession
+    out: list[StagedAppend | None] = [None] * len(uris)
+    if not uris or spark.conf.get(TABLES_TOGETHER_CONF, "true") != "true":
+        return out
+    tables: list[_engine.TableRows | None] = []
+    snaps: list[TableSnapshot | None] = []
+    jfields = df._jdf.schema().fields()
+    for i, (field, uri) in enumerate(zip(df.schema.fields, uris, strict=True)):
+        snap = snapshot(uri, spark=spark)
+        rows_type = field.dataType
+        take = (
+            isinstance(rows_type, StructType)
+            and snap.exists
+            and _direct_on(snap, spark)
+            and not snap.records(*txn)
+            and _takes_as_is(snap, rows_type, spark)
+        )
+        names = rows_type.names if isinstance(rows_type, StructType) else []
+        tables.append(
+            _engine.TableRows(
+                log=snap._log,
+                jsnapshot=snap._jsnapshot,
+                schema=jfields[i].dataType(),
+                app_id=txn[0],
+                version=txn[1],
+                event_time=names.index(event_time) if event_time in names else -1,
+            )
+            if take
+            else None
+        )
+        snaps.append(snap if take else None)
+    if not any(t is not None for t in tables):
+        return out
+    try:
+        written = _engine.stage_tables(spark, df._jdf, tables, max_files=max_files, workers=workers)
+    except _engine.Unsupported as e:
+        log.info("delta: tables are staged one by one (%s)", e)
+        spark.conf.set(TABLES_TOGETHER_CONF, "false")
+        return out
+    for i, (taken, rows) in enumerate(zip(snaps, written, strict=True)):
+        if taken is not None and rows is not None:
+            out[i] = StagedAppend(
+                uri=taken.uri,
+                txn=txn,
+                spark=spark,
+                snap=taken,
+                staged=rows.staged,
+                observation=None,
+                compact_every=compact_every,
+                observed={"n": rows.count, "m": rows.max_event_time_ms},
+            )
+    return out
+
+
+def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -> bool:
+    """Whether Delta's writer would write rows of ``schema`` to the table without reshaping
+    them or their files: the schema is the table's (nullable, as Delta makes a write's output),
+    the table has no partition columns, column mapping, constraints, generated, identity or
+    char/varchar columns, and neither it nor the session asks for optimized writes, random
+    file prefixes, Iceberg compatibility, variant shredding or a row limit per file."""
+    if as_nullable(schema) != snap.schema or _engine.partition_columns(snap._jsnapshot):
+        return False
+    props = snap.properties
+    if props.get("delta.columnMapping.mode", "none") != "none":
+        return False
+    if any(k.startswith("delta.constraints.") for k in props):
+        return False
+    if any(props.get(k, "").lower() == v for k, v in _RESHAPING_PROPERTIES.items()):
+        return False
+    if spark.conf.get("spark.databricks.delta.optimizeWrite.enabled", "false") == "true":
+        return False
+    if spark.conf.get("spark.sql.files.maxRecordsPerFile", "0") not in ("0", ""):
+        return False
+    return not any(
+        key.startswith(("delta.", "__CHAR_VARCHAR")) or key == "CURRENT_DEFAULT"
+        for field in snap.schema.fields
+        for key in field.metadata
     )
 
 

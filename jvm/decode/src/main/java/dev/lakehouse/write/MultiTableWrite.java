@@ -1,0 +1,260 @@
+package dev.lakehouse.write;
+
+import java.text.SimpleDateFormat;
+import java.util.ArrayList;
+import java.util.Date;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapreduce.JobID;
+import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.TaskID;
+import org.apache.hadoop.mapreduce.TaskType;
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage;
+import org.apache.spark.internal.io.FileNameSpec;
+import org.apache.spark.rdd.RDD;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.execution.datasources.OutputWriter;
+import org.apache.spark.sql.execution.datasources.WriteTaskStats;
+import org.apache.spark.sql.execution.datasources.WriteTaskStatsTracker;
+
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The data files of many tables written by one Spark job: each task writes each table's rows
+ * of its partition to a file of that table, with the table's own Parquet writer, commit
+ * protocol and statistics trackers, as Spark's {@code FileFormatWriter} does for one table
+ * ({@code SingleDirectoryDataWriter}: one file per task, no rolling).
+ *
+ * <p>The input's column {@code i} is table {@code i}'s row (a struct of the table's schema) or
+ * null: a row of the input holds a row for each table whose column is not null (a record can
+ * make rows of several tables). The input is read in at most a given number of tasks, so a
+ * table gets at most that many files. Nothing is committed to any table: the driver gets
+ * each table's task commit messages and statistics back ({@link #write}), and the caller commits
+ * each table's files in a transaction of its own. A task that fails deletes the files it opened;
+ * a job that fails leaves the files of its finished tasks, which no table version names.
+ */
+public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalRow>, TaskOutput> {
+  private static final long serialVersionUID = 1L;
+
+  private final TableOutput[] tables;
+  private final String jobTrackerId;
+
+  private MultiTableWrite(TableOutput[] tables, String jobTrackerId) {
+    this.tables = tables;
+    this.jobTrackerId = jobTrackerId;
+  }
+
+  /** One table's open file in a task. */
+  private static final class Open {
+    final TaskAttemptContext context;
+    final String path;
+    final OutputWriter writer;
+    final WriteTaskStatsTracker[] stats;
+    long rows;
+    long maxEventTime = Long.MIN_VALUE;
+    boolean hasEventTime;
+
+    Open(TaskAttemptContext context, String path, OutputWriter writer, WriteTaskStatsTracker[] stats) {
+      this.context = context;
+      this.path = path;
+      this.writer = writer;
+      this.stats = stats;
+    }
+  }
+
+  @Override
+  public Iterator<TaskOutput> call(Iterator<InternalRow> rows) throws Exception {
+    TaskContext task = TaskContext.get();
+    JobID job = new JobID(jobTrackerId, task.stageId());
+    TaskAttemptID attempt =
+        new TaskAttemptID(new TaskID(job, TaskType.MAP, task.partitionId()), task.attemptNumber());
+    Open[] open = new Open[tables.length];
+    List<TaskOutput> out = new ArrayList<>();
+    try {
+      while (rows.hasNext()) {
+        InternalRow row = rows.next();
+        for (int t = 0; t < tables.length; t++) {
+          TableOutput table = tables[t];
+          if (table == null || row.isNullAt(t)) {
+            continue;
+          }
+          Open file = open[t];
+          if (file == null) {
+            file = open[t] = open(table, job, attempt);
+          }
+          InternalRow value = row.getStruct(t, table.schema.size());
+          file.writer.write(value);
+          for (WriteTaskStatsTracker s : file.stats) {
+            s.newRow(file.path, value);
+          }
+          file.rows++;
+          if (table.eventTime >= 0 && !value.isNullAt(table.eventTime)) {
+            file.maxEventTime = Math.max(file.maxEventTime, value.getLong(table.eventTime));
+            file.hasEventTime = true;
+          }
+        }
+      }
+      for (int t = 0; t < open.length; t++) {
+        Open file = open[t];
+        if (file == null) {
+          continue;
+        }
+        file.writer.close();
+        for (WriteTaskStatsTracker s : file.stats) {
+          s.closeFile(file.path);
+        }
+        long started = System.currentTimeMillis();
+        TaskCommitMessage message = tables[t].committer.commitTask(file.context);
+        long took = System.currentTimeMillis() - started;
+        WriteTaskStats[] stats = new WriteTaskStats[file.stats.length];
+        for (int k = 0; k < stats.length; k++) {
+          stats[k] = file.stats[k].getFinalStats(took);
+        }
+        out.add(new TaskOutput(t, message, stats, file.rows, file.maxEventTime, file.hasEventTime));
+      }
+    } catch (Throwable e) {
+      abort(open);
+      throw e;
+    }
+    return out.iterator();
+  }
+
+  private Open open(TableOutput table, JobID job, TaskAttemptID attempt) throws Exception {
+    // as Spark's FileFormatWriter.executeTask sets up a task's Hadoop context
+    Configuration conf = table.configuration();
+    conf.set("mapreduce.job.id", job.toString());
+    conf.set("mapreduce.task.id", attempt.getTaskID().toString());
+    conf.set("mapreduce.task.attempt.id", attempt.toString());
+    conf.setBoolean("mapreduce.task.ismap", true);
+    conf.setInt("mapreduce.task.partition", 0);
+    TaskAttemptContext context = new TaskAttemptContextImpl(conf, attempt);
+    table.committer.setupTask(context);
+    String ext = "-c000" + table.factory.getFileExtension(context);
+    String path = table.committer.newTaskTempFile(context, Option.empty(), new FileNameSpec("", ext));
+    WriteTaskStatsTracker[] stats = new WriteTaskStatsTracker[table.trackers.length];
+    for (int k = 0; k < stats.length; k++) {
+      stats[k] = table.trackers[k].newTaskInstance();
+    }
+    OutputWriter writer = table.factory.newInstance(path, table.schema, context);
+    for (WriteTaskStatsTracker s : stats) {
+      s.newFile(path);
+    }
+    return new Open(context, path, writer, stats);
+  }
+
+  private void abort(Open[] open) {
+    for (int t = 0; t < open.length; t++) {
+      Open file = open[t];
+      if (file == null) {
+        continue;
+      }
+      try {
+        file.writer.close();
+      } catch (Throwable ignored) {
+        // the file is deleted next; its writer's state no longer matters
+      }
+      try {
+        tables[t].committer.abortTask(file.context);
+        Path path = new Path(file.path);
+        path.getFileSystem(file.context.getConfiguration()).delete(path, false);
+      } catch (Throwable ignored) {
+        // an unreferenced file is VACUUM's; the task's own failure is the one to report
+      }
+    }
+  }
+
+  /** What the job wrote of one table. */
+  public static final class Written {
+    private final long rows;
+    private final long maxEventTime;
+    private final boolean hasEventTime;
+    private final int files;
+
+    Written(long rows, long maxEventTime, boolean hasEventTime, int files) {
+      this.rows = rows;
+      this.maxEventTime = maxEventTime;
+      this.hasEventTime = hasEventTime;
+      this.files = files;
+    }
+
+    /** The rows written. */
+    public long rows() {
+      return rows;
+    }
+
+    /** The largest event time written, in epoch milliseconds (Spark's {@code unix_millis}),
+     * or null when no row has one. */
+    public Long maxEventTimeMillis() {
+      return hasEventTime ? Math.floorDiv(maxEventTime, 1000L) : null;
+    }
+
+    /** The files written. */
+    public int files() {
+      return files;
+    }
+  }
+
+  /**
+   * Write each table's rows of {@code input} (a query's {@code toRdd}, laid out as this class's
+   * comment says; a null output: that column is not written) in one job of at most {@code tasks}
+   * tasks, then hand each table's task results to its commit protocol ({@code commitJob}) and its
+   * statistics trackers ({@code processStats}), as Spark's {@code FileFormatWriter} does at a
+   * job's end: afterwards a Delta table's commit protocol lists the files' {@code AddFile}
+   * actions and its statistics tracker their statistics. Nothing is committed to any table.
+   *
+   * @return per table (the order of {@code outputs}), what was written; null where the output is
+   */
+  public static Written[] write(RDD<InternalRow> input, TableOutput[] outputs, int tasks) {
+    String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
+    MultiTableWrite write = new MultiTableWrite(outputs, tracker);
+    List<TaskOutput> results =
+        input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
+    Written[] out = new Written[outputs.length];
+    for (int t = 0; t < outputs.length; t++) {
+      TableOutput table = outputs[t];
+      if (table == null) {
+        continue;
+      }
+      List<TaskCommitMessage> messages = new ArrayList<>();
+      List<List<WriteTaskStats>> stats = new ArrayList<>();
+      for (int k = 0; k < table.trackers.length; k++) {
+        stats.add(new ArrayList<>());
+      }
+      long rows = 0;
+      long max = Long.MIN_VALUE;
+      boolean hasMax = false;
+      for (TaskOutput result : results) {
+        if (result.table != t) {
+          continue;
+        }
+        messages.add(result.commit);
+        for (int k = 0; k < table.trackers.length; k++) {
+          stats.get(k).add(result.stats[k]);
+        }
+        rows += result.rows;
+        if (result.hasEventTime) {
+          max = Math.max(max, result.maxEventTime);
+          hasMax = true;
+        }
+      }
+      long started = System.currentTimeMillis();
+      table.committer.commitJob(null, CollectionConverters.asScala(messages).toSeq());
+      long took = System.currentTimeMillis() - started;
+      for (int k = 0; k < table.trackers.length; k++) {
+        table.trackers[k].processStats(CollectionConverters.asScala(stats.get(k)).toSeq(), took);
+      }
+      out[t] = new Written(rows, max, hasMax, messages.size());
+    }
+    return out;
+  }
+}

@@ -1,0 +1,83 @@
+package dev.lakehouse.write;
+
+import java.io.Serializable;
+import java.util.HashMap;
+import java.util.Map;
+
+import org.apache.hadoop.conf.Configuration;
+
+import org.apache.spark.internal.io.FileCommitProtocol;
+import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
+import org.apache.spark.sql.execution.datasources.WriteJobStatsTracker;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * One table's share of a {@link MultiTableWrite}: what Delta's own write of the table would
+ * give Spark's file writer (its commit protocol, its Parquet writer factory prepared with the
+ * table's options, its Hadoop configuration, its statistics trackers), and the table's schema.
+ *
+ * <p>Every member is made on the driver by Delta for this table's transaction; this class only
+ * carries them to the tasks, as Spark's {@code WriteJobDescription} does.
+ */
+public final class TableOutput implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  final FileCommitProtocol committer;
+  final OutputWriterFactory factory;
+  /** A configuration the tables of a write share (serialised once with the job's tasks). */
+  private final SerializableConfiguration shared;
+  /** This table's configuration where it differs from {@link #shared}: set, or unset (null). */
+  private final HashMap<String, String> changes;
+  final StructType schema;
+  final WriteJobStatsTracker[] trackers;
+  /** The ordinal of the schema's event-time column (a timestamp), or -1. */
+  final int eventTime;
+
+  /**
+   * @param conf the table's Hadoop configuration for its writers (after its file format's
+   *     {@code prepareWrite})
+   * @param shared a configuration shared by every table of the write (one table's, say): each
+   *     output carries only what its own configuration changes of it
+   */
+  public TableOutput(
+      FileCommitProtocol committer,
+      OutputWriterFactory factory,
+      Configuration conf,
+      SerializableConfiguration shared,
+      StructType schema,
+      WriteJobStatsTracker[] trackers,
+      int eventTime) {
+    this.committer = committer;
+    this.factory = factory;
+    this.shared = shared;
+    this.changes = new HashMap<>();
+    Configuration base = shared.value();
+    for (Map.Entry<String, String> entry : conf) {
+      if (!entry.getValue().equals(base.getRaw(entry.getKey()))) {
+        changes.put(entry.getKey(), entry.getValue());
+      }
+    }
+    for (Map.Entry<String, String> entry : base) {
+      if (conf.getRaw(entry.getKey()) == null) {
+        changes.put(entry.getKey(), null);
+      }
+    }
+    this.schema = schema;
+    this.trackers = trackers.clone();
+    this.eventTime = eventTime;
+  }
+
+  /** A new copy of the table's configuration (a task's, to set its own keys in). */
+  Configuration configuration() {
+    Configuration conf = new Configuration(shared.value());
+    for (Map.Entry<String, String> change : changes.entrySet()) {
+      if (change.getValue() == null) {
+        conf.unset(change.getKey());
+      } else {
+        conf.set(change.getKey(), change.getValue());
+      }
+    }
+    return conf;
+  }
+}
