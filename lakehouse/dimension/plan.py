@@ -377,13 +377,29 @@ class TargetPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class RowParts:
+    """A table's rows of the batch as expressions over the decoded records (what
+    :attr:`TargetFrames.rows` selects), so that many tables' rows can be made by one
+    projection: a record makes a row of the table where ``routed`` and then ``kept`` hold
+    (``kept`` reads the column ``value_column``, which must hold ``value`` where ``routed``),
+    and the row is ``columns``."""
+
+    routed: Column
+    value_column: str
+    value: Column
+    kept: Column
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TargetFrames:
     """The (lazy) DataFrames of a :class:`TargetPlan`: the table's new versions, in the
     build table layout, and its rejected records, with ``_error_kind`` and ``_error``; None
-    when there are none."""
+    when there are none. ``parts``: the rows' expressions, where there are rows."""
 
     rows: DataFrame | None = None
     rejected: DataFrame | None = None
+    parts: RowParts | None = None
 
 
 def plan_target(
@@ -396,6 +412,7 @@ def plan_target(
     replay: bool = False,
     schema_changes: Sequence[Mapping[str, Any]] = (),
     built: dict[Any, Any] | None = None,
+    value_column: str = "_v",
 ) -> tuple[TargetPlan, TargetFrames]:
     """Plan one target for this batch: its columns (:func:`decide_columns`), then its rows
     and rejected records as lazy DataFrames. ``summary``: the target's change groups.
@@ -408,6 +425,9 @@ def plan_target(
         schema_changes: the batch's DDL events of the target's source table.
         built: the caller's cache of the table's expressions, kept between batches (they
             depend on its columns and row images only).
+        value_column: the name of the column of the table's row value (typed row image) in
+            its expressions: distinct per table where several tables' rows are made together
+            (:class:`RowParts`), and not a column of ``decoded``.
     """
     from pyspark.sql import functions as F
 
@@ -471,14 +491,14 @@ def plan_target(
     # py4j, a call per function: about half of a table's plan); those of refused column sets
     # and of value checks hold this batch's records, and are made each time
     kept = None if incompatible or columns.value_checks else built
-    shape = (uri, tuple(images), order, tuple(chosen.items()), key_columns)
+    shape = (uri, tuple(images), order, tuple(chosen.items()), key_columns, value_column)
     made = kept.get(shape) if kept is not None else None
     if made is None:
-        made = _expressions(target, images, columns, reason, kind)
+        made = _expressions(target, images, columns, reason, kind, value_column)
         if kept is not None:
             kept[shape] = made
     reason, kind, event_time = made.reason, made.kind, made.event_time
-    mine = mine.withColumn("_v", made.value)
+    mine = mine.withColumn(value_column, made.value)
     if target.max_future_ms is not None:
         # against the wall clock at planning: a version from the far future would hold the
         # build watermark there for good
@@ -502,7 +522,8 @@ def plan_target(
         {"_error": F.col("_reject"), "_error_kind": F.col("_reject_kind")}
     )
     good = mine.filter(F.col("_reject").isNull())
-    rows = good.select(*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested)
+    columns_of_row = (*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested)
+    rows = good.select(*columns_of_row)
     mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
     plan = TargetPlan(
         target=target,
@@ -513,7 +534,14 @@ def plan_target(
         schema_changes=changes,
         refused_columns=frozenset(incompatible),
     )
-    return plan, TargetFrames(rows=rows, rejected=rejected)
+    parts = RowParts(
+        routed=routed,
+        value_column=value_column,
+        value=made.value,
+        kept=reason.isNull(),
+        columns=columns_of_row,
+    )
+    return plan, TargetFrames(rows=rows, rejected=rejected, parts=parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +564,7 @@ def _expressions(
     columns: ColumnPlan,
     reason: Column,
     kind: Column,
+    value_column: str = "_v",
 ) -> _Expressions:
     """A table's :class:`_Expressions`, its records' typed images in ``images``, its columns
     ``columns``; ``reason`` and ``kind``: the dead-letter reason and kind so far (of refused
@@ -560,10 +589,10 @@ def _expressions(
             ),
         )
         kind = F.when(kind.isNotNull(), kind).when(lost, F.lit("invalid_value"))
-    event_time = _event_time_expr(target, F.col("_v"), chosen)
+    event_time = _event_time_expr(target, F.col(value_column), chosen)
     key_null = F.lit(False)
     for k in key_columns:
-        key_null = key_null | F.col("_v")[k].isNull()
+        key_null = key_null | F.col(value_column)[k].isNull()
     not_truncate = F.col("_op") != "t"
     reason = (
         F.when(reason.isNotNull(), reason)
@@ -591,7 +620,7 @@ def _expressions(
         reason=reason,
         kind=kind,
         before_ingested=(
-            *[F.col("_v")[n].alias(n) for n in order],
+            *[F.col(value_column)[n].alias(n) for n in order],
             F.col("_op").alias(OP),
             event_time.alias(EVENT_TIME),
             seq.alias(SEQ),

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse import delta
 from lakehouse.dimension import connect_schemas
@@ -108,6 +108,7 @@ from lakehouse.dimension.staging import (
     Prepared,
     row_stats,
     stage_rows,
+    stage_rows_together,
 )
 from lakehouse.dimension.summary import Summary, count_kinds, python_pass_needed, summarise
 from lakehouse.dimension.targets import BatchReport, BuildTarget, TargetReport
@@ -129,6 +130,17 @@ class _Written:
     result: delta.WriteResult
     synthetic_deletes: int
     block: SchemaBlock | None
+
+
+class _Planned(NamedTuple):
+    """A target's plan for the batch, its rows and dead letters, the value of
+    ``lakehouse.connect.schemas`` the batch sets, and the properties of the table its commit
+    creates (None: the table exists)."""
+
+    plan: TargetPlan
+    frames: TargetFrames
+    schemas: str | None
+    create: Mapping[str, str] | None
 
 
 class BuildSink:
@@ -366,7 +378,9 @@ class BuildSink:
         registering = threading.Lock()
         marks = self._wire.marks()
 
-        def prepare(target: BuildTarget) -> Prepared:
+        txn = (self.pipeline_id, batch_id)
+
+        def plan_one(target: BuildTarget) -> _Planned:
             uri = target.table_uri
             look = looks[uri]
             plan, frames = self._plan(decoded, target, look, changes, ddl_events, batch_id)
@@ -382,15 +396,48 @@ class BuildSink:
             schemas = connect_schemas.decide(
                 connect_schemas.recorded(look.properties), batch_id, hashes
             )
+            # a table the batch creates is created by the commit of its rows
+            create = None if look.exists else table_creation(plan, self.pipeline_id, schemas)
+            return _Planned(plan, frames, schemas, create)
+
+        planned = map_tables(spark, plan_one, self.targets, workers=self.table_parallelism)
+        # the rows' files first, their statistics counted by that write: the commits (their
+        # metadata holds them) come after the dead letters, as always. The existing tables'
+        # rows are written by one Spark job; a table it cannot take is written on its own
+        joint = [
+            (i, p.frames.parts)
+            for i, p in enumerate(planned)
+            if p.frames.parts is not None
+            and p.create is None
+            and not looks[p.plan.target.table_uri].replay
+        ]
+        together = (
+            dict(
+                zip(
+                    [i for i, _ in joint],
+                    stage_rows_together(
+                        decoded,
+                        [(parts, planned[i].plan.target.table_uri) for i, parts in joint],
+                        txn,
+                        workers=self.table_parallelism,
+                    ),
+                    strict=True,
+                )
+            )
+            if joint
+            else {}
+        )
+
+        def prepare(i: int) -> Prepared:
+            plan, frames, schemas, create = planned[i]
             if frames.rows is None:
                 return Prepared(plan, frames, RowStats(), connect_schemas=schemas)
+            done = together.get(i)
+            if done is not None:
+                return Prepared(plan, frames, done[1], done[0], schemas)
+            uri = plan.target.table_uri
             staged = None
-            if not look.replay:
-                # the rows' files first, their statistics observed by that write: the commit
-                # (its metadata holds them) comes after the dead letters, as always; a table
-                # the batch creates is created by that commit
-                create = None if look.exists else table_creation(plan, self.pipeline_id, schemas)
-                txn = (self.pipeline_id, batch_id)
+            if not looks[uri].replay:
                 staged, stats = stage_rows(frames.rows, uri, txn, create=create)
                 if stats is not None:
                     return Prepared(plan, frames, stats, staged, schemas)
@@ -401,7 +448,7 @@ class BuildSink:
             stats = row_stats(rows)
             return Prepared(plan, TargetFrames(rows, frames.rejected), stats, staged, schemas)
 
-        prepared = map_tables(spark, prepare, self.targets, workers=self.table_parallelism)
+        prepared = map_tables(spark, prepare, range(len(planned)), workers=self.table_parallelism)
         plans = [p.plan for p in prepared]
         routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
@@ -477,6 +524,8 @@ class BuildSink:
                 if target.source_table is None or target.source_table in d["tables"]
             ],
             built=self._expressions,
+            # distinct per table: the batch's tables' rows are made by one projection
+            value_column=f"_v{self.targets.index(target)}",
         )
 
     def _commit_target(

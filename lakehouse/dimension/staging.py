@@ -9,14 +9,14 @@ in between leaves them for ``VACUUM``, and its replay writes them again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 from lakehouse.dimension.commit import RowStats
 from lakehouse.dimension.layout import EVENT_TIME
-from lakehouse.dimension.plan import TargetFrames, TargetPlan
+from lakehouse.dimension.plan import RowParts, TargetFrames, TargetPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -63,6 +63,49 @@ def stage_rows(
     )
     observed = staged.metrics() if staged is not None else None
     return staged, None if observed is None else _stats_of(observed)
+
+
+def stage_rows_together(
+    decoded: DataFrame,
+    items: Sequence[tuple[RowParts, str]],
+    txn: tuple[str, int],
+    *,
+    workers: int = 1,
+) -> list[tuple[delta.StagedAppend, RowStats] | None]:
+    """:func:`stage_rows` of each ``(parts, uri)`` (a table's :class:`RowParts` over
+    ``decoded``), every table's rows made by one projection of ``decoded`` and their files
+    written by one Spark job (:func:`delta.stage_appends`). None for a table that job could
+    not take (the caller stages it with :func:`stage_rows`). ``workers``: tables whose writers
+    are prepared at once."""
+    from pyspark.sql import functions as F
+
+    if not items:
+        return []
+    # the tables' rows made by one projection per task (Spark generates its code in each),
+    # over at most as many partitions as a table gets files
+    values = decoded.coalesce(MAX_FILES).select(
+        "*", *[F.when(parts.routed, parts.value).alias(parts.value_column) for parts, _ in items]
+    )
+    rows = values.select(
+        *[
+            F.when(parts.routed & parts.kept, F.struct(*parts.columns)).alias(f"_rows{k}")
+            for k, (parts, _) in enumerate(items)
+        ]
+    )
+
+    staged = delta.stage_appends(
+        rows,
+        [uri for _, uri in items],
+        txn=txn,
+        max_files=MAX_FILES,
+        event_time=EVENT_TIME,
+        workers=workers,
+    )
+    out: list[tuple[delta.StagedAppend, RowStats] | None] = []
+    for one in staged:
+        observed = one.metrics() if one is not None else None
+        out.append(None if one is None or observed is None else (one, _stats_of(observed)))
+    return out
 
 
 def row_stats(rows: DataFrame | None) -> RowStats:

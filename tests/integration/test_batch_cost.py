@@ -19,6 +19,7 @@ from helpers import connector_records, data_commit_of_batch, raw_records
 from lakehouse import delta
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension.layout import META_BATCH_ID, PROP_PRIMARY_KEY, PROP_TABLE_KIND
+from lakehouse.dimension.staging import MAX_FILES
 from lakehouse.join import JoinOptions, TemporalJoin
 from lakehouse.testing.debezium import DebeziumTable
 
@@ -230,8 +231,8 @@ def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_p
     Kafka source reads it (a topic per table, an input partition per topic): a steady batch
     that touches every table decodes none of its records in Python, keeps the JVM decoder of
     the batch before (not a new one), and runs one job for its summary, one for the decoded
-    rows without the decode's plan behind them, and one write per table; each in two tasks per
-    core the application has, not one per topic."""
+    rows without the decode's plan behind them, and one that writes every table's rows; each
+    in two tasks per core the application has, not one per topic."""
     names = [f"t{i:02d}" for i in range(17)]
     tables, sink = _connector(tmp_path, names, "cost-many")
     snapshot = [m for t in tables.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])]
@@ -247,9 +248,11 @@ def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_p
         plans.append(sink._wire.plan)
         assert [t.rows for t in report.targets] == [1] * len(names)
     assert plans[1] is plans[2], "the JVM decoder was built anew"
-    assert cost.jobs == 2 + len(names), json.dumps(cost.descriptions, indent=1)
+    assert cost.jobs == 3, json.dumps(cost.descriptions, indent=1)
     cores = spark.sparkContext.defaultParallelism
     reduce = int(spark.conf.get("spark.sql.shuffle.partitions"))
     summary, *rest = cost.tasks  # the summary's job also runs its aggregate's reduce side
     tasks = list(zip(cost.tasks, cost.descriptions, strict=True))
     assert summary <= 2 * cores + reduce and max(rest) <= 2 * cores < len(names), tasks
+    # the write's tasks are at most as many as the files a table gets
+    assert cost.tasks[-1] <= MAX_FILES, tasks

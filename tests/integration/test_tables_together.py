@@ -1,0 +1,150 @@
+"""The rows of a batch's tables written by one Spark job (``delta.stage_appends``) against each
+table written by a job of its own: the same tables, files statistics and commits.
+
+Two sinks ingest the same connector's batches, one with ``spark.lakehouse.writeTablesTogether``
+on (the default) and one with it off. The batches hold what sends a table back to its own write
+(a table the batch creates, a column a record adds) beside tables the joint write takes, a
+delete, a record that is dead-lettered and a record of two tables of one catch-all target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from batch_cost import BatchCost
+from helpers import add_column, connector_records
+
+from lakehouse import delta
+from lakehouse.delta.write import TABLES_TOGETHER_CONF
+from lakehouse.dimension import BuildSink, BuildTarget
+from lakehouse.dimension.layout import INGESTED_AT
+from lakehouse.testing.debezium import DebeziumTable
+
+pytestmark = pytest.mark.spark
+
+NAMES = ("rates", "fees", "taxes")
+CODES = [f"C{i:02d}" for i in range(6)]
+#: columns of when a run ingested or dead-lettered a record, or the record arrived
+_TIMES = {INGESTED_AT, "_dead_lettered_at", "_source_timestamp"}
+
+
+@contextlib.contextmanager
+def _together(spark: Any, on: bool):
+    spark.conf.set(TABLES_TOGETHER_CONF, "true" if on else "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(TABLES_TOGETHER_CONF)
+
+
+def _sink(root: Path) -> BuildSink:
+    return BuildSink(
+        [
+            BuildTarget(str(root / n), key_columns=("currency",), source_table=f"public.{n}")
+            for n in NAMES
+        ],
+        dead_letter_table=str(root / "dlq"),
+        pipeline_id="together",
+    )
+
+
+def _batches() -> list[list[Any]]:
+    tables = {
+        n: DebeziumTable("public", n, key="currency", start_ms=1_000, step_ms=10) for n in NAMES
+    }
+    snapshot = [
+        m
+        for t in tables.values()
+        for m in t.snapshot([{"currency": c, "rate": "1"} for c in CODES])
+    ]
+    steady = [
+        tables[n].update({"currency": c, "rate": f"2.{i}"})
+        for n in NAMES
+        for i, c in enumerate(CODES[:4])
+    ]
+    steady += tables["fees"].delete("C05", tombstone=False)
+    # no key: a dead letter of every table that routes it
+    steady.append(tables["taxes"].update({"currency": None, "rate": "3"}))
+    drift = [
+        tables["rates"].update({"currency": "C01", "rate": "4"}),
+        add_column(tables["fees"].update({"currency": "C02", "rate": "4"}), "note", "string", "x"),
+        tables["taxes"].insert({"currency": "C09", "rate": "4"}),
+    ]
+    return [snapshot, steady, steady[:3], drift]
+
+
+def _file_stats(uri: str) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, int]]:
+    """The table's live files' statistics merged: rows, and per column the least and greatest
+    value and the null count (the table's, whatever its files)."""
+    snap = delta.snapshot(uri)
+    rows, least, most, nulls = 0, {}, {}, {}
+    for line in snap._jsnapshot.allFiles().toJSON().collectAsList():
+        stats = json.loads(json.loads(line)["stats"])
+        rows += stats["numRecords"]
+        for k, v in stats["minValues"].items():
+            least[k] = v if k not in least else min(least[k], v)
+        for k, v in stats["maxValues"].items():
+            most[k] = v if k not in most else max(most[k], v)
+        for k, v in stats["nullCount"].items():
+            nulls[k] = nulls.get(k, 0) + v
+    # the batch's ingest time differs between the two runs
+    for values in (least, most):
+        values.pop(INGESTED_AT, None)
+    return rows, least, most, nulls
+
+
+def _commits(uri: str) -> list[tuple[str, int, dict[str, str]]]:
+    """The table's commits: operation, rows and ``lakehouse.*`` metadata, without the times of
+    the records' arrival (the records of each run are made anew)."""
+    return [
+        (
+            c.operation,
+            c.rows,
+            {k: re.sub(r'"kafkaTimestamp": \d+', "", v) for k, v in c.metadata.items()},
+        )
+        for c in delta.history(uri)
+    ]
+
+
+def test_tables_written_by_one_job_are_the_tables_written_one_by_one(spark, tmp_path):
+    runs = {}
+    for on in (True, False):
+        root = tmp_path / ("together" if on else "apart")
+        sink, offsets, jobs = _sink(root), {}, []
+        with _together(spark, on):
+            for batch_id, messages in enumerate(_batches()):
+                with BatchCost(spark) as cost:
+                    report = sink.process(connector_records(spark, messages, offsets), batch_id)
+                jobs.append(cost.jobs)
+            # a replay of the last batch writes nothing, either way
+            replay = sink.process(
+                connector_records(
+                    spark, messages, {k: v - len(messages) for k, v in offsets.items()}
+                ),
+                batch_id,
+            )
+        assert all(t.skipped or t.rows == 0 for t in replay.targets), replay
+        runs[on] = root, jobs, report
+    (together, jobs_together, report), (apart, jobs_apart, report_apart) = runs[True], runs[False]
+    # the steady batch writes its tables' rows in one job, not a job per table; the batch
+    # where a record adds a column to one table writes that table on its own, the two others
+    # in one job
+    assert jobs_apart[1] - jobs_together[1] == len(NAMES) - 1, (jobs_together, jobs_apart)
+    assert jobs_apart[3] - jobs_together[3] == 1, (jobs_together, jobs_apart)
+    assert [t.rows for t in report.targets] == [t.rows for t in report_apart.targets]
+    for name in (*NAMES, "dlq"):
+        a, b = str(together / name), str(apart / name)
+        columns = [c for c in spark.read.format("delta").load(a).columns if c not in _TIMES]
+        left = spark.read.format("delta").load(a).select(*columns)
+        right = spark.read.format("delta").load(b).select(*columns)
+        assert left.exceptAll(right).count() == 0 and right.exceptAll(left).count() == 0, name
+        if name == "dlq":
+            continue
+        assert _file_stats(a) == _file_stats(b), name
+        assert _commits(a) == _commits(b), name
+        assert delta.get_properties(a).keys() == delta.get_properties(b).keys(), name
