@@ -276,29 +276,18 @@ def stage_on(
         for key, value in (properties or {}).items():
             configuration = configuration.updated(key, value)
         command_class = _class(spark, f"{delta}.commands.WriteIntoDelta")
-        write_class = _class(spark, f"{delta}.DeltaOperations$Write")
         merge = some(True) if options.get("mergeSchema") == "true" else none
         try:  # delta-spark 4.4 (pinned in jvm/spark)
             command = command_class(
                 log, write_mode, delta_options, nil, configuration, jdf, none, none, False
             )
-            # the operation's signature tried here, so that the commit cannot meet another
-            write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
-
-            def operation(text: str | None) -> Any:
-                return write_class(
-                    save_mode, some(nil), none, some(text), none, none, merge, none, none
-                )
         except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
             if isinstance(e, Py4JJavaError):
                 raise
             command = command_class(
                 log, write_mode, delta_options, nil, configuration, jdf, none, none
             )
-            write_class(save_mode, some(nil), none, none)
-
-            def operation(text: str | None) -> Any:
-                return write_class(save_mode, some(nil), none, some(text))
+        operation = _write_operation(spark, save_mode, merge)
 
         active = getattr(_class(spark, f"{delta}.OptimisticTransaction$"), "MODULE$")
         removes = _removes(spark, replacing) if known and replacing is not None else None
