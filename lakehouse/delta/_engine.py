@@ -605,6 +605,9 @@ def stage_tables(
         operation = _write_operation(
             spark, _class(spark, "org.apache.spark.sql.SaveMode").Append, _none(spark)
         )
+        auto_compact = getattr(
+            _class(spark, "org.apache.spark.sql.delta.hooks.AutoCompact$"), "MODULE$"
+        )
         rdd = jdf.queryExecution().toRdd()
     except Py4JError as e:
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
@@ -630,6 +633,9 @@ def stage_tables(
             if not line["add"].get("tags"):
                 line["add"].pop("tags", None)  # as Delta's writer leaves an add's
             actions.add(action.fromJson(json.dumps(line)))
+        if added.size() > 0:
+            # as Delta's writer: the hook compacts small files where the table or session asks
+            prepared.txn.registerPostCommitHook(auto_compact)
         prepared.txn.readTxn().addOne(table.app_id)
         result = written[i]
         biggest = result.maxEventTimeMillis()

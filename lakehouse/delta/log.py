@@ -57,10 +57,6 @@ FILE_READABLE_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
 
-#: The table property that makes Delta compact a table's small files after a write
-#: (``spark.databricks.delta.autoCompact.minNumFiles``). Not set by default: Delta also runs
-#: it right after any write of several small files, a commit and a job more per batch.
-
 #: Session setting through which Delta takes ``userMetadata`` for SQL commands.
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 #: Parsed commits by (log path, table id, version, file length, file time), newest kept: a

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lakehouse.delta")
 
+#: The table property that makes Delta compact a table's small files after a write
+#: (``spark.databricks.delta.autoCompact.minNumFiles``). Not set by default: Delta also runs
+#: it right after any write of several small files, a commit and a job more per batch.
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 #: Appends compact a table's small files (Delta's ``OPTIMIZE``: bin-packing, a commit of its
 #: own that changes no rows) each time its version passes a multiple of this: a table a

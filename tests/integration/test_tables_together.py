@@ -5,6 +5,8 @@ Two sinks ingest the same connector's batches, one with ``spark.lakehouse.writeT
 on (the default) and one with it off. The batches hold what sends a table back to its own write
 (a table the batch creates, a column a record adds) beside tables the joint write takes, a
 delete, a record that is dead-lettered and a record of two tables of one catch-all target.
+One table asks Delta to compact its small files after each write, as Delta's own writer does
+it for the table.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from batch_cost import BatchCost
 from helpers import add_column, connector_records
 
 from lakehouse import delta
-from lakehouse.delta.write import TABLES_TOGETHER_CONF
+from lakehouse.delta.write import AUTO_COMPACT, TABLES_TOGETHER_CONF
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension.layout import INGESTED_AT
 from lakehouse.testing.debezium import DebeziumTable
@@ -33,13 +35,19 @@ CODES = [f"C{i:02d}" for i in range(6)]
 _TIMES = {INGESTED_AT, "_dead_lettered_at", "_source_timestamp"}
 
 
+#: the session's least number of small files Delta's auto compaction compacts
+_MIN_FILES = "spark.databricks.delta.autoCompact.minNumFiles"
+
+
 @contextlib.contextmanager
 def _together(spark: Any, on: bool):
     spark.conf.set(TABLES_TOGETHER_CONF, "true" if on else "false")
+    spark.conf.set(_MIN_FILES, "2")
     try:
         yield
     finally:
         spark.conf.unset(TABLES_TOGETHER_CONF)
+        spark.conf.unset(_MIN_FILES)
 
 
 def _sink(root: Path) -> BuildSink:
@@ -121,6 +129,8 @@ def test_tables_written_by_one_job_are_the_tables_written_one_by_one(spark, tmp_
                 with BatchCost(spark) as cost:
                     report = sink.process(connector_records(spark, messages, offsets), batch_id)
                 jobs.append(cost.jobs)
+                if batch_id == 0:
+                    delta.set_properties(str(root / "rates"), {AUTO_COMPACT: "true"})
             # a replay of the last batch writes nothing, either way
             replay = sink.process(
                 connector_records(
@@ -147,4 +157,6 @@ def test_tables_written_by_one_job_are_the_tables_written_one_by_one(spark, tmp_
             continue
         assert _file_stats(a) == _file_stats(b), name
         assert _commits(a) == _commits(b), name
+        if name == "rates":  # compacted after its writes, whichever wrote them
+            assert any(c.operation == "OPTIMIZE" for c in delta.history(a)), name
         assert delta.get_properties(a).keys() == delta.get_properties(b).keys(), name
