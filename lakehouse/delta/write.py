@@ -520,7 +520,11 @@ def stage_appends(
 
     spark = df.sparkSession
     out: list[StagedAppend | None] = [None] * len(uris)
-    if not uris or spark.conf.get(TABLES_TOGETHER_CONF, "true") != "true":
+    if (
+        not uris
+        or _together_refused is not None
+        or spark.conf.get(TABLES_TOGETHER_CONF, "true") != "true"
+    ):
         return out
     tables: list[_engine.TableRows | None] = []
     snaps: list[TableSnapshot | None] = []
@@ -554,8 +558,7 @@ def stage_appends(
     try:
         written = _engine.stage_tables(spark, df._jdf, tables, max_files=max_files, workers=workers)
     except _engine.Unsupported as e:
-        log.info("delta: tables are staged one by one (%s)", e)
-        spark.conf.set(TABLES_TOGETHER_CONF, "false")
+        _refuse_together(str(e))
         return out
     for i, (taken, rows) in enumerate(zip(snaps, written, strict=True)):
         if taken is not None and rows is not None:
@@ -596,6 +599,20 @@ def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -
         for field in snap.schema.fields
         for key in field.metadata
     )
+
+
+#: Why this process's delta-spark or Spark cannot take :func:`stage_appends`' joint write
+#: (None: not tried yet, or it can).
+_together_refused: str | None = None
+
+
+def _refuse_together(why: str) -> None:
+    """This process cannot write many tables in one job: every later batch stages its tables
+    one by one. The session's setting (:data:`TABLES_TOGETHER_CONF`) is the user's and stays
+    as it is."""
+    global _together_refused
+    _together_refused = why
+    log.info("delta: tables are staged one by one (%s)", why)
 
 
 #: Why this process's delta-spark cannot take :func:`_write_on` (None: not tried yet, or it can).
