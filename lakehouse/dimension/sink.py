@@ -380,10 +380,11 @@ class BuildSink:
 
         txn = (self.pipeline_id, batch_id)
 
-        def plan_one(target: BuildTarget) -> _Planned:
+        def plan_one(index: int) -> _Planned:
+            target = self.targets[index]
             uri = target.table_uri
             look = looks[uri]
-            plan, frames = self._plan(decoded, target, look, changes, ddl_events, batch_id)
+            plan, frames = self._plan(decoded, index, look, changes, ddl_events, batch_id)
             # the newest Connect schema of each source table the batch's records brought:
             # its files first (content-addressed: a replay writes none), the property naming
             # them is part of the commit plan
@@ -400,7 +401,9 @@ class BuildSink:
             create = None if look.exists else table_creation(plan, self.pipeline_id, schemas)
             return _Planned(plan, frames, schemas, create)
 
-        planned = map_tables(spark, plan_one, self.targets, workers=self.table_parallelism)
+        planned = map_tables(
+            spark, plan_one, range(len(self.targets)), workers=self.table_parallelism
+        )
         # the rows' files first, their statistics counted by that write: the commits (their
         # metadata holds them) come after the dead letters, as always. The existing tables'
         # rows are written by one Spark job; a table it cannot take is written on its own
@@ -411,22 +414,15 @@ class BuildSink:
             and p.create is None
             and not looks[p.plan.target.table_uri].replay
         ]
-        together = (
-            dict(
-                zip(
-                    [i for i, _ in joint],
-                    stage_rows_together(
-                        decoded,
-                        [(parts, planned[i].plan.target.table_uri) for i, parts in joint],
-                        txn,
-                        workers=self.table_parallelism,
-                    ),
-                    strict=True,
-                )
+        together: dict[int, tuple[delta.StagedAppend, RowStats] | None] = {}
+        if joint:
+            staged_together = stage_rows_together(
+                decoded,
+                [(parts, planned[i].plan.target.table_uri) for i, parts in joint],
+                txn,
+                workers=self.table_parallelism,
             )
-            if joint
-            else {}
-        )
+            together = dict(zip([i for i, _ in joint], staged_together, strict=True))
 
         def prepare(i: int) -> Prepared:
             plan, frames, schemas, create = planned[i]
@@ -502,13 +498,15 @@ class BuildSink:
     def _plan(
         self,
         decoded: DataFrame,
-        target: BuildTarget,
+        index: int,
         look: TargetLook,
         changes: list[dict[str, Any]],
         ddl_events: list[dict[str, Any]],
         batch_id: int,
     ) -> tuple[TargetPlan, TargetFrames]:
-        """The batch's rows for one target (:func:`plan_target`), under its open schema block."""
+        """The batch's rows for target ``index`` (:func:`plan_target`), under its open schema
+        block."""
+        target = self.targets[index]
         block = open_block(look.properties) if look.exists else None
         if block is not None and block.batch_id >= batch_id:
             block = None  # the batch that met the block (a replay): decide as it did
@@ -525,7 +523,7 @@ class BuildSink:
             ],
             built=self._expressions,
             # distinct per table: the batch's tables' rows are made by one projection
-            value_column=f"_v{self.targets.index(target)}",
+            value_column=f"_v{index}",
         )
 
     def _commit_target(
