@@ -178,13 +178,11 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     private final long rows;
     private final long maxEventTime;
     private final boolean hasEventTime;
-    private final int files;
 
-    Written(long rows, long maxEventTime, boolean hasEventTime, int files) {
+    Written(long rows, long maxEventTime, boolean hasEventTime) {
       this.rows = rows;
       this.maxEventTime = maxEventTime;
       this.hasEventTime = hasEventTime;
-      this.files = files;
     }
 
     /** The rows written. */
@@ -196,11 +194,6 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
      * or null when no row has one. */
     public Long maxEventTimeMillis() {
       return hasEventTime ? Math.floorDiv(maxEventTime, 1000L) : null;
-    }
-
-    /** The files written. */
-    public int files() {
-      return files;
     }
   }
 
@@ -253,7 +246,7 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
       for (int k = 0; k < table.trackers.length; k++) {
         table.trackers[k].processStats(CollectionConverters.asScala(stats.get(k)).toSeq(), took);
       }
-      out[t] = new Written(rows, max, hasMax, messages.size());
+      out[t] = new Written(rows, max, hasMax);
     }
     return out;
   }
