@@ -11,8 +11,9 @@ The order is read, decide, then build:
   column sets refused (a true conflict, which opens a schema block), key columns. A widening
   that could lose a value the table holds (bigint into double) needs one scan of the table,
   which :func:`decide_columns` runs before deciding again;
-* :func:`plan_target` builds the lazy DataFrames of the plan (:class:`TargetFrames`): the
-  rows in the build table layout, values that do not fit dead-lettered with the column and
+* :func:`plan_target` builds the column expressions of the plan (:class:`RowParts`), and
+  from them, when asked, its lazy DataFrames (:class:`TargetFrames`): the rows in the build
+  table layout, values that do not fit dead-lettered with the column and
   value, and the records a schema block holds back (:mod:`lakehouse.dimension.schema_block`),
   beside the plain :class:`TargetPlan` the commit is decided from.
 
@@ -378,28 +379,78 @@ class TargetPlan:
 
 @dataclass(frozen=True, slots=True)
 class RowParts:
-    """A table's rows of the batch as expressions over the decoded records (what
-    :attr:`TargetFrames.rows` selects), so that many tables' rows can be made by one
-    projection: a record makes a row of the table where ``routed`` and then ``kept`` hold
-    (``kept`` reads the column ``value_column``, which must hold ``value`` where ``routed``),
-    and the row is ``columns``."""
+    """A table's rows of the batch as expressions over the decoded records, so that many
+    tables' rows can be made by one projection: a record makes a row of the table where
+    ``routed`` holds and ``reason`` is NULL (``reason`` and ``kind`` read the column
+    ``value_column``, which must hold ``value`` where ``routed``), and the row is ``columns``;
+    a routed record with a ``reason`` is a dead letter of that ``kind``."""
 
     routed: Column
     value_column: str
     value: Column
-    kept: Column
+    reason: Column
+    kind: Column
     columns: tuple[Column, ...]
+
+    @property
+    def kept(self) -> Column:
+        """Where a routed record makes a row of the table."""
+        return self.reason.isNull()
 
 
 @dataclass(frozen=True, slots=True)
 class TargetFrames:
-    """The (lazy) DataFrames of a :class:`TargetPlan`: the table's new versions, in the
-    build table layout, and its rejected records, with ``_error_kind`` and ``_error``; None
-    when there are none. ``parts``: the rows' expressions, where there are rows."""
+    """The (lazy) DataFrames of a :class:`TargetPlan` over the batch's ``decoded`` records:
+    the table's new versions, in the build table layout (:meth:`rows`), and its rejected
+    records, with ``_error_kind`` and ``_error`` (:meth:`rejected`).
 
-    rows: DataFrame | None = None
-    rejected: DataFrame | None = None
+    Each is made when asked for: a DataFrame is analysed by Spark on the driver as it is
+    made, and a batch whose tables' rows are written by one projection of ``decoded``
+    (``parts``) asks for neither unless it has dead letters.
+
+    Attributes:
+        parts: the rows' expressions; None when the table gets no rows.
+        held_back: why every record routed to the table (``routed``) is held back, under
+            a schema block; None when none is.
+    """
+
+    decoded: DataFrame | None = None
+    routed: Column | None = None
     parts: RowParts | None = None
+    held_back: str | None = None
+
+    def rows(self) -> DataFrame | None:
+        """The table's rows of the batch; None when it gets none."""
+        if self.parts is None:
+            return None
+        assert self.decoded is not None
+        return self._values().filter(self.parts.kept).select(*self.parts.columns)
+
+    def rejected(self) -> DataFrame | None:
+        """The records routed to the table that it rejects, as the decoded records with
+        ``_error_kind`` and ``_error``; None when it can reject none."""
+        from pyspark.sql import functions as F
+
+        assert self.decoded is not None or (self.parts is None and self.held_back is None)
+        if self.held_back is not None:
+            assert self.decoded is not None and self.routed is not None
+            return self.decoded.filter(self.routed).withColumns(
+                {"_error_kind": F.lit("schema_blocked"), "_error": F.lit(self.held_back)}
+            )
+        if self.parts is None:
+            return None
+        return (
+            self._values()
+            .withColumns({"_error": self.parts.reason, "_error_kind": self.parts.kind})
+            .filter(F.col("_error").isNotNull())
+        )
+
+    def _values(self) -> DataFrame:
+        """The routed records with their row value."""
+        assert self.decoded is not None and self.parts is not None
+        return self.decoded.filter(self.parts.routed).withColumn(
+            self.parts.value_column, self.parts.value
+        )
 
 
 def plan_target(
@@ -440,22 +491,13 @@ def plan_target(
             TargetFrames()
         )
 
-    # a table's plan is a handful of DataFrame operations, each analysed by Spark on the
-    # driver as it is made: a batch over many tables pays them per table
+    # column expressions only: a DataFrame is analysed by Spark on the driver as it is made,
+    # which a batch over many tables would pay per table (TargetFrames makes them if asked)
     routed = F.col("_kind") == "change"
     if target.source_table is not None:
         routed = routed & (F.col("_source_table") == target.source_table)
-    mine = decoded.filter(routed)
     if block is not None:
         # blocked: every change of the table is held back (module .schema_block)
-        held_back = mine.withColumn("_error_kind", F.lit("schema_blocked")).withColumn(
-            "_error",
-            F.lit(
-                f"build table '{uri}' is blocked on schema since version "
-                f"{block.since_version} (column {block.column} changed {block.table_type} "
-                f"-> {block.record_type}); held back until `lakehouse schema-resolve`"
-            ),
-        )
         count = sum(r["n"] for r in summary)
         plan = TargetPlan(
             target=target,
@@ -465,7 +507,12 @@ def plan_target(
             blocked_count=count,
             schema_changes=changes,
         )
-        return plan, TargetFrames(rejected=held_back)
+        held_back = (
+            f"build table '{uri}' is blocked on schema since version {block.since_version} "
+            f"(column {block.column} changed {block.table_type} -> {block.record_type}); "
+            "held back until `lakehouse schema-resolve`"
+        )
+        return plan, TargetFrames(decoded, routed, held_back=held_back)
 
     require_columns(target, columns)
     chosen, order, incompatible = columns.types, columns.order, columns.refused
@@ -481,6 +528,7 @@ def plan_target(
         reason = mapping[F.col("_row_columns")]
         kind = F.when(reason.isNotNull(), F.lit("schema_mismatch"))
         if not replay:
+            mine = decoded.filter(routed)
             evidence, held, held_count = _block_evidence(mine, incompatible, uri)
             reason = F.when(reason.isNotNull(), reason).when(held.isNotNull(), held)
             kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
@@ -498,7 +546,6 @@ def plan_target(
         if kept is not None:
             kept[shape] = made
     reason, kind, event_time = made.reason, made.kind, made.event_time
-    mine = mine.withColumn(value_column, made.value)
     if target.max_future_ms is not None:
         # against the wall clock at planning: a version from the far future would hold the
         # build watermark there for good
@@ -516,14 +563,7 @@ def plan_target(
             ),
         )
         kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
-    mine = mine.withColumns({"_reject": reason, "_reject_kind": kind})
-
-    rejected = mine.filter(F.col("_reject").isNotNull()).withColumns(
-        {"_error": F.col("_reject"), "_error_kind": F.col("_reject_kind")}
-    )
-    good = mine.filter(F.col("_reject").isNull())
     columns_of_row = (*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested)
-    rows = good.select(*columns_of_row)
     mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
     plan = TargetPlan(
         target=target,
@@ -538,10 +578,11 @@ def plan_target(
         routed=routed,
         value_column=value_column,
         value=made.value,
-        kept=reason.isNull(),
+        reason=reason,
+        kind=kind,
         columns=columns_of_row,
     )
-    return plan, TargetFrames(rows=rows, rejected=rejected, parts=parts)
+    return plan, TargetFrames(decoded, routed, parts)
 
 
 @dataclass(frozen=True, slots=True)

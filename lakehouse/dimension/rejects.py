@@ -10,7 +10,7 @@ idempotent transaction, so a replay writes none twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from lakehouse.dead_letter import append_dead_letters, to_dead_letters
@@ -27,7 +27,7 @@ def write_rejects(
     data: DataFrame,
     signal_df: DataFrame | None,
     signals: BatchSignals,
-    refused: Sequence[DataFrame | None],
+    refused: Sequence[Callable[[], DataFrame | None]],
     rejected_records: int,
     *,
     table: str,
@@ -40,7 +40,8 @@ def write_rejects(
     ``decoded``: the batch's decoded records (its ``_kind = 'error'`` rows are rejected);
     ``data``: the source records ``decoded`` is of (a record refused by a plan was decoded,
     maybe in the JVM, which keeps no raw bytes: they are joined back from here);
-    ``refused``: each target's refused rows; ``rejected_records``: how many records the
+    ``refused``: makes each target's refused rows (where it has some: each is a Spark
+    analysis on the driver); ``rejected_records``: how many records the
     decode and the plans rejected, counted already: nothing is written, and no job looks,
     when there are none and no signal was unreadable."""
     from pyspark.sql import functions as F
@@ -50,7 +51,10 @@ def write_rejects(
     rejected = [_dead_letters(decoded.filter(F.col("_kind") == "error"), pipeline_id, batch_id)]
     if signals.invalid and signal_df is not None:
         rejected.append(_invalid_signals(signal_df, signals, pipeline_id, batch_id))
-    rejected += [_dead_letters(with_raw(f, data), pipeline_id, batch_id) for f in refused if f]
+    for make in refused:
+        frame = make()
+        if frame is not None:
+            rejected.append(_dead_letters(with_raw(frame, data), pipeline_id, batch_id))
     dead = rejected[0]
     for extra in rejected[1:]:
         dead = dead.unionByName(extra)

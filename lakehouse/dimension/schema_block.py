@@ -378,11 +378,13 @@ def _replay_plan(spark: SparkSession, uri: str, block: SchemaBlock, dlq: str) ->
     ]
     look = look_at(uri, app_id=RESOLVE_APP_ID, batch_id=block.batch_id)
     _, frames = plan_target(decoded, target, look, summary, replay=True)
-    if frames.rows is None:
+    made = frames.rows()
+    if made is None:
         return _Replay(None, 0, candidates, applied, 0, None)
-    rows = frames.rows.persist()
+    rows = made.persist()
     agg = rows.agg(F.count(F.lit(1)).alias("n"), F.max(EVENT_TIME).alias("m")).collect()[0]
-    rejected = frames.rejected.count() if frames.rejected is not None else 0
+    refused = frames.rejected()
+    rejected = refused.count() if refused is not None else 0
     max_ms = None if agg["m"] is None else int(agg["m"].timestamp() * 1000)
     return _Replay(rows, int(agg["n"]), candidates, applied, rejected, max_ms)
 

@@ -426,36 +426,38 @@ class BuildSink:
 
         def prepare(i: int) -> Prepared:
             plan, frames, schemas, create = planned[i]
-            if frames.rows is None:
+            if frames.parts is None:
                 return Prepared(plan, frames, RowStats(), connect_schemas=schemas)
             done = together.get(i)
             if done is not None:
                 return Prepared(plan, frames, done[1], done[0], schemas)
             uri = plan.target.table_uri
+            rows = frames.rows()
+            assert rows is not None
             staged = None
             if not looks[uri].replay:
-                staged, stats = stage_rows(frames.rows, uri, txn, create=create)
+                staged, stats = stage_rows(rows, uri, txn, create=create)
                 if stats is not None:
                     return Prepared(plan, frames, stats, staged, schemas)
             # the target's rows, computed once: for their statistics, then for the commit
-            rows = frames.rows.persist()
+            rows = rows.persist()
             with registering:
                 cached.callback(rows.unpersist)
             stats = row_stats(rows)
-            return Prepared(plan, TargetFrames(rows, frames.rejected), stats, staged, schemas)
+            return Prepared(plan, frames, stats, staged, schemas, rows=rows)
 
         prepared = map_tables(spark, prepare, range(len(planned)), workers=self.table_parallelism)
         plans = [p.plan for p in prepared]
         routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
-        refused = sum(n - p.stats.count for n, p in zip(routed, prepared, strict=True))
+        refused = [n - p.stats.count for n, p in zip(routed, prepared, strict=True)]
         dead_count = write_rejects(
             decoded,
             data,
             signal_df,
             signals,
-            [p.frames.rejected for p in prepared],
-            kinds.get("error", 0) + refused,
+            [p.frames.rejected for p, n in zip(prepared, refused, strict=True) if n],
+            kinds.get("error", 0) + sum(refused),
             table=self.dead_letter_table,
             pipeline_id=self.pipeline_id,
             batch_id=batch_id,
@@ -539,7 +541,7 @@ class BuildSink:
         table's plan, rows of this batch and what they hold, and the rows' files when they are
         written already (their commit is the data commit when the plan commits nothing before
         it but the creation they carry, else they are deleted and the rows written again)."""
-        plan, rows, staged = prepared.plan, prepared.frames.rows, prepared.staged
+        plan, staged = prepared.plan, prepared.staged
         uri = plan.target.table_uri
         # every configured table is written, the first batch creating those nothing was routed
         # to yet: a table still waiting for its snapshot (an empty source table, an idle
@@ -565,6 +567,7 @@ class BuildSink:
             result = staged.commit(commit.metadata)
             written = _Written(result=result, synthetic_deletes=0, block=commit.block)
         else:
+            rows = prepared.rows if prepared.rows is not None else prepared.frames.rows()
             written = self._write_target(plan, commit, rows, batch_id)
         failpoint("ingest.after_data", batch_id)
         result, block = written.result, written.block

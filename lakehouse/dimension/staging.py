@@ -28,15 +28,17 @@ MAX_FILES = 2
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A target's part of a batch before its commit: the plan, its rows and dead letters,
-    what the rows hold, their files when they are written already, and the value of
+    what the rows hold, their files when they are written already, the value of
     ``lakehouse.connect.schemas`` the batch sets (None: unchanged;
-    :func:`lakehouse.dimension.connect_schemas.decide`)."""
+    :func:`lakehouse.dimension.connect_schemas.decide`), and the rows computed once (cached)
+    when they are not written yet and were counted (None: ``frames.rows()``)."""
 
     plan: TargetPlan
     frames: TargetFrames
     stats: RowStats
     staged: delta.StagedAppend | None = None
     connect_schemas: str | None = None
+    rows: DataFrame | None = None
 
 
 def stage_rows(
