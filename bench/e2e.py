@@ -685,7 +685,8 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
     table's records in one topic, the batch in Spark's default two partitions) or
     ``"per_table"`` (Debezium's topic per table, one input partition each, as Spark's Kafka
     source plans a batch: one per topic-partition it read). ``decode_tasks``: the sink's
-    ``decode_tasks`` (default: twice the cores)."""
+    ``decode_tasks`` (default: twice the cores). With ``"peer": "floor"``, Spark's floor of the
+    same batches (:func:`_floor_tables`) in place of the sink."""
     from lakehouse.dimension import BuildSink, BuildTarget
     from lakehouse.testing.debezium import DebeziumTable
     from tests.batch_cost import BatchCost
@@ -715,11 +716,14 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         table_parallelism=spec.get("parallelism", 4),
         decode_tasks=spec.get("decode_tasks"),
     )
+    process = sink.process
+    if spec.get("peer") == "floor":
+        process = _floor_tables(root, names, sink.table_parallelism)
     codes = [f"C{i:02d}" for i in range(20)]
     snapshot = [
         m for t in debezium.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])
     ]
-    sink.process(raw(snapshot), 0)
+    process(raw(snapshot), 0)
     touched = names if spec.get("touch", "all") == "all" else names[:1]
     out = []
     for b in range(1, spec.get("batches", 2) + 2):
@@ -731,17 +735,62 @@ def tables(spec: dict[str, Any]) -> dict[str, Any]:
         ]
         t0 = time.perf_counter()
         with BatchCost(spark) as c:
-            sink.process(raw(changes), b)
+            process(raw(changes), b)
         if b > 1:  # batch 1 records the end of each table's snapshot signal
             out.append(_cost_point(b, c, time.perf_counter() - t0))
     spark.stop()
     return {
+        "peer": spec.get("peer", "lakehouse"),
         "tables": len(names),
         "touch": spec.get("touch", "all"),
         "parallelism": sink.table_parallelism,
         "topics": "one" if topic else "per_table",
         "batches": out,
     }
+
+
+def _floor_tables(root: Path, names: list[str], workers: int) -> Any:
+    """Spark's floor of a batch over many tables (the peer of ``tables``): the records parsed
+    with ``from_json`` once (cached), then each table's rows appended exactly once with Delta's
+    documented idiom (``txnAppId``/``txnVersion``), ``workers`` tables at a time as the sink's
+    ``table_parallelism``; a table the batch holds no record of is not written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.sql import functions as F
+
+    schema = (
+        "payload struct<after: struct<currency: string, rate: string>, "
+        "source: struct<ts_ms: bigint, table: string>>"
+    )
+
+    def write(df: Any, batch_id: int) -> None:
+        parsed = df.select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select(
+            "r.payload.after.*",
+            F.col("r.payload.source.table").alias("_table"),
+            F.lit(batch_id).alias("_batch_id"),
+        )
+        parsed = parsed.persist()
+        try:
+            present = {r["_table"] for r in parsed.select("_table").distinct().collect()}
+
+            def one(name: str) -> None:
+                (
+                    parsed.filter(F.col("_table") == name)
+                    .drop("_table")
+                    .write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", "bench-floor")
+                    .option("txnVersion", batch_id)
+                    .option("userMetadata", json.dumps({"lakehouse.batchId": str(batch_id)}))
+                    .save(str(root / name))
+                )
+
+            with ThreadPoolExecutor(max(workers, 1)) as pool:
+                list(pool.map(one, [n for n in names if n in present]))
+        finally:
+            parsed.unpersist()
+
+    return write
 
 
 def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
