@@ -431,7 +431,6 @@ class TargetFrames:
         ``_error_kind`` and ``_error``; None when it can reject none."""
         from pyspark.sql import functions as F
 
-        assert self.decoded is not None or (self.parts is None and self.held_back is None)
         if self.held_back is not None:
             assert self.decoded is not None and self.routed is not None
             return self.decoded.filter(self.routed).withColumns(

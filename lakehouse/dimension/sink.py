@@ -438,7 +438,7 @@ class BuildSink:
             if not looks[uri].replay:
                 staged, stats = stage_rows(rows, uri, txn, create=create)
                 if stats is not None:
-                    return Prepared(plan, frames, stats, staged, schemas)
+                    return Prepared(plan, frames, stats, staged, schemas, rows=rows)
             # the target's rows, computed once: for their statistics, then for the commit
             rows = rows.persist()
             with registering:

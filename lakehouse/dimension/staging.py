@@ -30,8 +30,8 @@ class Prepared:
     """A target's part of a batch before its commit: the plan, its rows and dead letters,
     what the rows hold, their files when they are written already, the value of
     ``lakehouse.connect.schemas`` the batch sets (None: unchanged;
-    :func:`lakehouse.dimension.connect_schemas.decide`), and the rows computed once (cached)
-    when they are not written yet and were counted (None: ``frames.rows()``)."""
+    :func:`lakehouse.dimension.connect_schemas.decide`), and the rows' DataFrame where the
+    batch made it already (cached where it counted them; None: ``frames.rows()`` makes it)."""
 
     plan: TargetPlan
     frames: TargetFrames
