@@ -278,16 +278,22 @@ def _floor_batch(out: str, schema: str, sent_ms: str | None = None) -> Any:
         parsed = df.select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
         sent = [F.expr(sent_ms).alias("sent_ms")] if sent_ms else []
         rows = parsed.select("r.*", *sent, F.lit(batch_id).alias("_batch_id"))
-        (
-            rows.write.format("delta")
-            .mode("append")
-            .option("txnAppId", "bench-floor")
-            .option("txnVersion", batch_id)
-            .option("userMetadata", json.dumps({"lakehouse.batchId": str(batch_id)}))
-            .save(out)
-        )
+        _floor_append(rows, out, batch_id)
 
     return write
+
+
+def _floor_append(rows: Any, out: str, batch_id: int) -> None:
+    """Append ``rows`` to the Delta table ``out`` exactly once, with Delta's documented idiom
+    (``txnAppId``/``txnVersion``), the batch id in the commit's metadata as the pipelines'."""
+    (
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", "bench-floor")
+        .option("txnVersion", batch_id)
+        .option("userMetadata", json.dumps({"lakehouse.batchId": str(batch_id)}))
+        .save(out)
+    )
 
 
 #: The Debezium record the floor of an ingest parses: the row image and the send time.
@@ -774,16 +780,8 @@ def _floor_tables(root: Path, names: list[str], workers: int) -> Any:
             present = {r["_table"] for r in parsed.select("_table").distinct().collect()}
 
             def one(name: str) -> None:
-                (
-                    parsed.filter(F.col("_table") == name)
-                    .drop("_table")
-                    .write.format("delta")
-                    .mode("append")
-                    .option("txnAppId", "bench-floor")
-                    .option("txnVersion", batch_id)
-                    .option("userMetadata", json.dumps({"lakehouse.batchId": str(batch_id)}))
-                    .save(str(root / name))
-                )
+                mine = parsed.filter(F.col("_table") == name).drop("_table")
+                _floor_append(mine, str(root / name), batch_id)
 
             with ThreadPoolExecutor(max(workers, 1)) as pool:
                 list(pool.map(one, [n for n in names if n in present]))
