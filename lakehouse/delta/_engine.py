@@ -532,6 +532,34 @@ def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any
     return _Output(txn, committer, None if stats.isEmpty() else stats.get(), output)
 
 
+def _prepare_outputs(
+    spark: SparkSession, jdf: Any, tables: Sequence[TableRows | None], workers: int
+) -> tuple[list[_Output], Any]:
+    """Each chosen table's writer (in the order of ``tables``, None left out) and the JVM
+    array of their ``TableOutput`` (null where ``tables`` holds None), ``workers`` prepared at
+    once. The outputs share one Hadoop configuration (the first table's), each carrying the
+    keys where its own differs, and a statistics tracker's copy of a configuration equal to it
+    is that one object: what the tasks read once, not once per table."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gateway: Any = spark.sparkContext._gateway
+    chosen = [t for t in tables if t is not None]
+    shared = _class(spark, "org.apache.spark.util.SerializableConfiguration")(
+        chosen[0].log.newDeltaHadoopConf()
+    )
+    if workers > 1 and len(chosen) > 1:
+        with ThreadPoolExecutor(min(workers, len(chosen))) as pool:
+            outputs = list(pool.map(lambda t: _prepare_output(spark, jdf, t, shared), chosen))
+    else:
+        outputs = [_prepare_output(spark, jdf, t, shared) for t in chosen]
+    joutputs = gateway.new_array(_class(spark, "dev.lakehouse.write.TableOutput"), len(tables))
+    prepared = iter(outputs)
+    for i, table in enumerate(tables):
+        if table is not None:
+            joutputs[i] = next(prepared).output
+    return outputs, joutputs
+
+
 def _parquet_options(spark: SparkSession, metadata: Any) -> Any:
     """The Parquet writer options Delta's writer gives a table's files (the format version
     the table asks for); none where this delta-spark gives none (4.0)."""
@@ -576,27 +604,11 @@ def stage_tables(
         Unsupported: before anything is written, when this delta-spark or this Spark lacks one
             of the internals (the caller writes each table as :func:`stage_on` does).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from py4j.protocol import Py4JError, Py4JJavaError
 
-    gateway: Any = spark.sparkContext._gateway
     chosen = [(i, t) for i, t in enumerate(tables) if t is not None]
     try:
-        # the tables' configurations differ in a few keys: the tasks get one whole
-        shared = _class(spark, "org.apache.spark.util.SerializableConfiguration")(
-            chosen[0][1].log.newDeltaHadoopConf()
-        )
-        if workers > 1 and len(chosen) > 1:
-            with ThreadPoolExecutor(min(workers, len(chosen))) as pool:
-                outputs = list(
-                    pool.map(lambda it: _prepare_output(spark, jdf, it[1], shared), chosen)
-                )
-        else:
-            outputs = [_prepare_output(spark, jdf, t, shared) for _, t in chosen]
-        joutputs = gateway.new_array(_class(spark, "dev.lakehouse.write.TableOutput"), len(tables))
-        for (i, _), prepared in zip(chosen, outputs, strict=True):
-            joutputs[i] = prepared.output
+        outputs, joutputs = _prepare_outputs(spark, jdf, tables, workers)
         write = _class(spark, "dev.lakehouse.write.MultiTableWrite").write
         operation = _write_operation(
             spark, _class(spark, "org.apache.spark.sql.SaveMode").Append, _none(spark)

@@ -160,3 +160,43 @@ def test_tables_written_by_one_job_are_the_tables_written_one_by_one(spark, tmp_
         if name == "rates":  # compacted after its writes, whichever wrote them
             assert any(c.operation == "OPTIMIZE" for c in delta.history(a)), name
         assert delta.get_properties(a).keys() == delta.get_properties(b).keys(), name
+
+
+def test_the_joint_write_sends_its_tasks_one_hadoop_configuration_for_all_its_tables(
+    spark, tmp_path
+):
+    # Delta's statistics tracker of each table copies the table's Hadoop configuration (about
+    # a thousand keys): equal to the configuration the tables share, it is that one object,
+    # serialised once into the job's tasks however many tables the job writes
+    from lakehouse.delta import _engine
+    from lakehouse.delta.log import snapshot
+
+    uris = [str(tmp_path / n) for n in NAMES]
+    for uri in uris:
+        spark.createDataFrame([("C00", 1.0)], "currency string, rate double").write.format(
+            "delta"
+        ).save(uri)
+    row = "struct(cast('C01' as string) as currency, cast(2.0 as double) as rate)"
+    df = spark.sql(f"select {', '.join(f'{row} as t{i}' for i in range(len(uris)))}")
+    fields = df._jdf.schema().fields()
+
+    def outputs_bytes(count: int) -> int:
+        tables = []
+        for i, uri in enumerate(uris[:count]):
+            snap = snapshot(uri, spark=spark)
+            tables.append(
+                _engine.TableRows(
+                    log=snap._log,
+                    jsnapshot=snap._jsnapshot,
+                    schema=fields[i].dataType(),
+                    app_id="one-configuration",
+                    version=0,
+                    event_time=-1,
+                )
+            )
+        _, joutputs = _engine._prepare_outputs(spark, df._jdf, tables, 1)
+        return len(spark._jvm.org.apache.spark.util.Utils.serialize(joutputs))
+
+    one, three = outputs_bytes(1), outputs_bytes(len(uris))
+    # each table's own copy would make three tables' outputs about three times one table's
+    assert three < 1.3 * one, (one, three)

@@ -1,6 +1,8 @@
 package dev.lakehouse.write;
 
 import java.io.Serializable;
+import java.lang.reflect.Field;
+import java.lang.reflect.Modifier;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -65,7 +67,53 @@ public final class TableOutput implements Serializable {
     }
     this.schema = schema;
     this.trackers = trackers.clone();
+    for (WriteJobStatsTracker tracker : this.trackers) {
+      share(tracker, shared);
+    }
     this.eventTime = eventTime;
+  }
+
+  /**
+   * Point each {@link SerializableConfiguration} field of {@code tracker} whose configuration
+   * holds exactly what {@code shared}'s does at {@code shared} itself. Delta's statistics tracker
+   * keeps a copy of its table's whole Hadoop configuration (about a thousand keys), which each
+   * task of a write reads for each table; one object referenced by every table's tracker is
+   * serialised, and read by a task, once. A tracker whose configuration differs in any key keeps
+   * its own.
+   */
+  private static void share(WriteJobStatsTracker tracker, SerializableConfiguration shared) {
+    for (Class<?> c = tracker.getClass(); c != null && c != Object.class; c = c.getSuperclass()) {
+      for (Field field : c.getDeclaredFields()) {
+        if (Modifier.isStatic(field.getModifiers())
+            || field.getType() != SerializableConfiguration.class) {
+          continue;
+        }
+        try {
+          field.setAccessible(true);
+          Object own = field.get(tracker);
+          if (own != shared
+              && own instanceof SerializableConfiguration
+              && same(((SerializableConfiguration) own).value(), shared.value())) {
+            field.set(tracker, shared);
+          }
+        } catch (ReflectiveOperationException | RuntimeException e) {
+          // a field this JVM will not let us set: the tracker keeps its own copy, as before
+        }
+      }
+    }
+  }
+
+  /** Whether two configurations hold the same keys with the same values. */
+  private static boolean same(Configuration a, Configuration b) {
+    if (a.size() != b.size()) {
+      return false;
+    }
+    for (Map.Entry<String, String> entry : a) {
+      if (!entry.getValue().equals(b.getRaw(entry.getKey()))) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** A new copy of the table's configuration (a task's, to set its own keys in). */
