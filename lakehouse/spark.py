@@ -26,6 +26,7 @@ active session unchanged apart from the settings above.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import glob
@@ -379,6 +380,44 @@ def _jar_version(path: str, prefix: str) -> str | None:
     return name.removeprefix(prefix).removesuffix(".jar") if name.startswith(prefix) else None
 
 
+#: Hadoop's local file system without its native library (pip's PySpark has none) runs
+#: ``chmod`` as a process for each file it creates and ``readlink`` on both sides of each
+#: ``FileContext`` rename (Delta's commits, the streaming checkpoint): some twenty processes per
+#: Delta commit of a local table, a third of a many-table ingest batch on two cores. lakehouse's
+#: jar has the same file systems with those two operations done by ``java.nio``
+#: (``jvm/decode/src/main/java/dev/lakehouse/fs``); a session lakehouse starts on a local master
+#: uses them unless its configuration names others (:func:`local_files_conf`).
+LOCAL_FILES_CONF: Mapping[str, str] = {
+    "spark.hadoop.fs.file.impl": "dev.lakehouse.fs.LocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "dev.lakehouse.fs.LocalFs",
+}
+
+_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
+
+
+def local_files_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings that make a new session on ``master`` use lakehouse's local file systems
+    (:data:`LOCAL_FILES_CONF`), with lakehouse's jar on the driver's classpath (Spark's launcher
+    opens local files before it loads ``spark.jars``).
+
+    Only a ``local`` or ``local[...]`` master, whose tasks run in the driver's JVM, and only when
+    this installation has the jar and ``conf`` sets neither file system: the user's choice wins
+    (``spark.hadoop.fs.file.impl=org.apache.hadoop.fs.LocalFileSystem`` is Hadoop's own).
+
+    >>> local_files_conf("spark://host:7077", {})
+    {}
+    >>> local_files_conf("local[2]", {"spark.hadoop.fs.file.impl": "x.Y"})
+    {}
+    """
+    if not _LOCAL_MASTER.fullmatch(master) or any(k in conf for k in LOCAL_FILES_CONF):
+        return {}
+    jars = own_jars()
+    if not jars:
+        return {}
+    classpath = [*jars, *_split_paths(conf.get("spark.driver.extraClassPath"), os.pathsep)]
+    return {**LOCAL_FILES_CONF, "spark.driver.extraClassPath": os.pathsep.join(classpath)}
+
+
 def prepare_session(spark: SparkSession) -> None:
     """Make a session that lakehouse did not start (Databricks, a notebook, the Python API's
     caller) fit for its jobs: check that it has the jars it needs, and set
@@ -455,7 +494,9 @@ def get_spark(
     Args:
         app_name: Spark application name.
         master: Spark master URL; default ``LAKEHOUSE_SPARK_MASTER`` or ``local[*]``. Ignored
-            when a session already exists (e.g. on Databricks).
+            when a session already exists (e.g. on Databricks). A local master's session
+            reads and writes local files with lakehouse's file systems, which fork no
+            processes (:data:`LOCAL_FILES_CONF`), unless ``conf`` names others.
         conf: extra Spark configuration; merged over :data:`DEFAULT_CONF` and
             ``LAKEHOUSE_SPARK_CONF``. :data:`REQUIRED_CONF` always wins.
         log_level: Spark log level; default ``LAKEHOUSE_SPARK_LOG_LEVEL`` or ``WARN`` (Spark's
@@ -463,7 +504,8 @@ def get_spark(
             to get the UI back.
 
     Raises:
-        EnvironmentSetupError: Java is missing or older than 17.
+        EnvironmentSetupError: Java is missing or older than 17, or the JVM exited as it
+            started (the message has its reason).
     """
     try:
         import delta.tables  # noqa: F401  (delta-spark's Python API: lakehouse writes with it)
@@ -493,10 +535,10 @@ def get_spark(
     if active is not None:
         prepare_session(active)
         return active
+    master = master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[*]")
+    merged.update(local_files_conf(master, merged))
     merged.update(engine_conf(merged))
-    _start_spark_context(
-        app_name, master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[*]"), merged
-    )
+    _start_spark_context(app_name, master, merged)
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level or os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return spark
@@ -521,24 +563,57 @@ def _start_spark_context(app_name: str, master: str, conf: Mapping[str, str]) ->
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # a JVM that someone else started
         SparkContext(conf=spark_conf)
         return
-    gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": subprocess.PIPE})
-    threading.Thread(
+    from pyspark.errors import PySparkRuntimeError
+
+    # the filter reads the JVM's stderr from its first line: a JVM that exits before it is up
+    # (a class its settings name is missing) says why there, and nowhere else
+    read_end, write_end = os.pipe()
+    said: collections.deque[bytes] = collections.deque(maxlen=50)
+    forward = threading.Thread(
         target=_forward_jvm_stderr,
-        args=(gateway.proc.stderr,),
+        args=(os.fdopen(read_end, "rb"), said),
         name="lakehouse-jvm-stderr",
         daemon=True,
-    ).start()
+    )
+    forward.start()
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_end})
+    except PySparkRuntimeError as e:
+        os.close(write_end)
+        forward.join(timeout=5)  # the exited JVM's last lines
+        raise EnvironmentSetupError(
+            f"Spark's JVM exited before it started: {_jvm_failure(said)}; fix the setting or "
+            "installation it names (LAKEHOUSE_SPARK_CONF, spark.jars, JAVA_HOME)"
+        ) from e
+    os.close(write_end)
     SparkContext(conf=spark_conf, gateway=gateway)
 
 
-def _forward_jvm_stderr(stream: Any) -> None:
-    """Copy the JVM's stderr to fd 2 line by line, leaving out :data:`JVM_STDERR_NOISE`.
+def _jvm_failure(lines: Iterable[bytes]) -> str:
+    """The line of a JVM's stderr that says why it stopped: its last exception or error line
+    (not a stack frame), else its last line.
+
+    >>> _jvm_failure([b"WARN x", b"Exception in thread main java.lang.RuntimeException: boom",
+    ...               b"Caused by: java.lang.ClassNotFoundException: Class a.B not found",
+    ...               b"\\tat org.apache.hadoop.conf.Configuration.getClass(Configuration.java)"])
+    'Caused by: java.lang.ClassNotFoundException: Class a.B not found'
+    """
+    text = [line.decode("utf-8", "replace").strip() for line in lines]
+    text = [t for t in text if t]
+    causes = [t for t in text if not t.startswith("at ") and ("Exception" in t or "Error" in t)]
+    return (causes or text or ["it wrote nothing"])[-1]
+
+
+def _forward_jvm_stderr(stream: Any, said: collections.deque[bytes]) -> None:
+    """Copy the JVM's stderr to fd 2 line by line, leaving out :data:`JVM_STDERR_NOISE`, and
+    keep the last lines in ``said``.
 
     Writes to the file descriptor, not ``sys.stderr``, as the JVM did when it inherited fd 2
     (a test's fd capture still sees the lines)."""
-    with os.fdopen(2, "wb", closefd=False) as out:
+    with stream, os.fdopen(2, "wb", closefd=False) as out:
         for line in iter(stream.readline, b""):
             if not line.startswith(JVM_STDERR_NOISE):
+                said.append(line)
                 with contextlib.suppress(OSError):
                     out.write(line)
                     out.flush()
