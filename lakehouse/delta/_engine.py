@@ -582,6 +582,7 @@ def stage_tables(
     *,
     max_files: int,
     workers: int = 1,
+    interpreted: bool = False,
 ) -> list[StagedRows | None]:
     """Write every table's rows in one Spark job (lakehouse's ``MultiTableWrite``), each
     table's files as :func:`stage_on` writes an append's, and stop before the commits: per
@@ -592,7 +593,9 @@ def stage_tables(
 
     ``jdf``'s column ``i`` is table ``i``'s row (a struct) or null; a column whose table is
     None is not written (its result is None). ``workers``: tables whose writers are prepared
-    at once (py4j calls, Delta's planning of each table's statistics).
+    at once (py4j calls, Delta's planning of each table's statistics). ``interpreted``: the
+    job's tasks evaluate ``jdf``'s projection and the statistics trackers' interpreted, without
+    generating their code (``MultiTableWrite.write``).
 
     The caller has checked that each table takes its rows as they are: the rows' type is the
     table's schema, the table is not partitioned and has no column mapping, constraints,
@@ -621,7 +624,7 @@ def stage_tables(
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
-    written = write(rdd, joutputs, max_files)
+    written = write(rdd, joutputs, max_files, interpreted)
     action = getattr(_class(spark, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
     converters = _class(spark, "scala.jdk.javaapi.CollectionConverters")
     tags = _class(spark, "scala.collection.immutable.HashMap")()

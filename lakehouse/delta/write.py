@@ -501,6 +501,7 @@ def stage_appends(
     event_time: str,
     workers: int = 1,
     compact_every: int | None = None,
+    row_count: int | None = None,
 ) -> list[StagedAppend | None]:
     """:func:`stage_append` ``(rows, uri, txn=txn, max_files=max_files)`` of many tables, their
     files written by one Spark job (:func:`lakehouse.delta._engine.stage_tables`) instead of a
@@ -508,7 +509,9 @@ def stage_appends(
     table's columns, or null where a record makes no row of that table. Each staged append's
     :meth:`StagedAppend.metrics` are ``n``, its row count, and ``m``, its largest
     ``event_time`` field (epoch milliseconds), counted by the write. ``workers``: tables whose
-    writers are prepared at once.
+    writers are prepared at once. ``row_count``: how many rows ``df`` holds for all tables, when the
+    caller knows; a write of at most :data:`INTERPRETED_ROWS_PER_TABLE` per table it takes is
+    evaluated without generated code (:func:`lakehouse.delta._engine.stage_tables`).
 
     None, with nothing written, for a table that :func:`stage_append` would refuse, or that
     would not take the rows as they are (:func:`_takes_as_is`: a type to cast or widen, a
@@ -556,7 +559,15 @@ def stage_appends(
     if not any(t is not None for t in tables):
         return out
     try:
-        written = _engine.stage_tables(spark, df._jdf, tables, max_files=max_files, workers=workers)
+        writing = sum(1 for t in tables if t is not None)
+        written = _engine.stage_tables(
+            spark,
+            df._jdf,
+            tables,
+            max_files=max_files,
+            workers=workers,
+            interpreted=row_count is not None and row_count <= INTERPRETED_ROWS_PER_TABLE * writing,
+        )
     except _engine.Unsupported as e:
         _refuse_together(str(e))
         return out
@@ -600,6 +611,13 @@ def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -
         for key in field.metadata
     )
 
+
+#: A joint write of at most this many rows per table it writes evaluates its projections
+#: interpreted (:func:`stage_appends`). Spark generates a projection's code in each task that
+#: makes one, and the joint write makes one per table per task (Delta's statistics trackers) and
+#: one for all its tables' rows; for tables of few rows that is most of the job, while
+#: interpreted evaluation costs more per row.
+INTERPRETED_ROWS_PER_TABLE = 1_000
 
 #: Why this process's delta-spark or Spark cannot take :func:`stage_appends`' joint write
 #: (None: not tried yet, or it can).

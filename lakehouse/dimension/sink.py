@@ -421,6 +421,9 @@ class BuildSink:
                 [(parts, planned[i].plan.target.table_uri) for i, parts in joint],
                 txn,
                 workers=self.table_parallelism,
+                routed=sum(
+                    r["n"] for i, _ in joint for r in changes if routes(planned[i].plan.target, r)
+                ),
             )
             together = dict(zip([i for i, _ in joint], staged_together, strict=True))
 

@@ -73,12 +73,14 @@ def stage_rows_together(
     txn: tuple[str, int],
     *,
     workers: int = 1,
+    routed: int | None = None,
 ) -> list[tuple[delta.StagedAppend, RowStats] | None]:
     """:func:`stage_rows` of each ``(parts, uri)`` (a table's :class:`RowParts` over
     ``decoded``), every table's rows made by one projection of ``decoded`` and their files
     written by one Spark job (:func:`delta.stage_appends`). None for a table that job could
     not take (the caller stages it with :func:`stage_rows`). ``workers``: tables whose writers
-    are prepared at once."""
+    are prepared at once. ``routed``: the records routed to these tables (at least their rows),
+    when known (:func:`delta.stage_appends`' ``row_count``)."""
     from pyspark.sql import functions as F
 
     if not items:
@@ -102,6 +104,7 @@ def stage_rows_together(
         max_files=MAX_FILES,
         event_time=EVENT_TIME,
         workers=workers,
+        row_count=routed,
     )
     out: list[tuple[delta.StagedAppend, RowStats] | None] = []
     for one in staged:

@@ -22,6 +22,7 @@ from batch_cost import BatchCost
 from helpers import add_column, connector_records
 
 from lakehouse import delta
+from lakehouse.delta import write as delta_write
 from lakehouse.delta.write import AUTO_COMPACT, TABLES_TOGETHER_CONF
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension.layout import INGESTED_AT
@@ -119,7 +120,14 @@ def _commits(uri: str) -> list[tuple[str, int, dict[str, str]]]:
     ]
 
 
-def test_tables_written_by_one_job_are_the_tables_written_one_by_one(spark, tmp_path):
+@pytest.mark.parametrize("evaluation", ["interpreted", "generated"])
+def test_tables_written_by_one_job_are_the_tables_written_one_by_one(
+    spark, tmp_path, monkeypatch, evaluation
+):
+    """The joint write evaluates its batches' few rows interpreted; with the threshold at 0
+    it generates code for them, as for a batch of many rows: either way, the same tables."""
+    if evaluation == "generated":
+        monkeypatch.setattr(delta_write, "INTERPRETED_ROWS_PER_TABLE", 0)
     runs = {}
     for on in (True, False):
         root = tmp_path / ("together" if on else "apart")

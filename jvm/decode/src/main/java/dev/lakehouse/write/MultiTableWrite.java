@@ -15,6 +15,7 @@ import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.TaskID;
 import org.apache.hadoop.mapreduce.TaskType;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.spark.SparkContext;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage;
@@ -45,6 +46,9 @@ import scala.jdk.javaapi.CollectionConverters;
  */
 public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalRow>, TaskOutput> {
   private static final long serialVersionUID = 1L;
+
+  /** Spark's choice between generated and interpreted expressions ({@code SQLConf}). */
+  private static final String FACTORY_MODE = "spark.sql.codegen.factoryMode";
 
   private final TableOutput[] tables;
   private final String jobTrackerId;
@@ -205,13 +209,33 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
    * job's end: afterwards a Delta table's commit protocol lists the files' {@code AddFile}
    * actions and its statistics tracker their statistics. Nothing is committed to any table.
    *
+   * <p>{@code interpreted}: the job's tasks evaluate Spark's projections and predicates (the
+   * input's, the statistics trackers') interpreted, not as generated code. Spark generates a
+   * projection's code in every task that makes one, per table for the trackers: for a write of
+   * many tables of few rows, generating code costs more than the rows it would speed up. The
+   * two evaluate the same expressions to the same values (Spark's {@code
+   * spark.sql.codegen.factoryMode}, set for this job's tasks only, as a local property of the
+   * calling thread).
+   *
    * @return per table (the order of {@code outputs}), what was written; null where the output is
    */
-  public static Written[] write(RDD<InternalRow> input, TableOutput[] outputs, int tasks) {
+  public static Written[] write(
+      RDD<InternalRow> input, TableOutput[] outputs, int tasks, boolean interpreted) {
     String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
     MultiTableWrite write = new MultiTableWrite(outputs, tracker);
-    List<TaskOutput> results =
-        input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
+    SparkContext context = input.sparkContext();
+    String before = context.getLocalProperty(FACTORY_MODE);
+    List<TaskOutput> results;
+    if (interpreted) {
+      context.setLocalProperty(FACTORY_MODE, "NO_CODEGEN");
+    }
+    try {
+      results = input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
+    } finally {
+      if (interpreted) {
+        context.setLocalProperty(FACTORY_MODE, before);
+      }
+    }
     Written[] out = new Written[outputs.length];
     for (int t = 0; t < outputs.length; t++) {
       TableOutput table = outputs[t];
