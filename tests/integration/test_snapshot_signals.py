@@ -196,7 +196,8 @@ def test_signal_waits_until_the_offsets_it_covers_are_committed(spark, tmp_path)
     assert r0.targets[0].pending and r0.targets[0].pending[0].startswith("notification")
     assert _props(uri)[PROP_SNAPSHOT_COMPLETE] == "false"
     status = CliRunner().invoke(app, ["snapshot-status", uri])
-    assert "pending notification" in status.output and '"1": 1' in status.output
+    shown = " ".join(status.output.split())  # the console wraps lines where paths put words
+    assert "pending notification" in shown and '"1": 1' in shown
     r1 = sink.process(_raw(spark, p1), 1)
     assert r1.targets[0].marker_set_now and r1.targets[0].signal == "notification"
     props = _props(uri)
@@ -233,7 +234,7 @@ def test_empty_table_is_completed_by_its_notification_and_joins_nothing(spark, t
     waiting = dict(snapshot_status(fees.table_uri).rows())["waiting for"]
     assert waiting.startswith(f"a Debezium notification on {NOTES}: COMPLETED or "), waiting
     status = CliRunner().invoke(app, ["snapshot-status", fees.table_uri])
-    assert status.exit_code == 0 and "waiting for" in status.output
+    assert status.exit_code == 0 and "waiting for" in " ".join(status.output.split())
     scans = [
         notification("TABLE_SCAN_COMPLETED", "shop.public.rates"),
         (b"k", b"{not a notification"),  # unreadable: a dead letter, the others still count
@@ -404,4 +405,5 @@ def test_aborted_is_surfaced_and_the_operator_override_is_recorded_with_its_reas
     newest = delta.history(target.table_uri, limit=1)[0]
     assert newest.metadata["lakehouse.reason"] == "loaded by hand from a dump"
     again = runner.invoke(app, ["snapshot-complete", target.table_uri, "--reason", "twice"])
-    assert "already complete" in again.output
+    # the console wraps the line where the table's path puts its words
+    assert "already complete" in " ".join(again.output.split())
