@@ -404,6 +404,8 @@ class BuildSink:
         planned = map_tables(
             spark, plan_one, range(len(self.targets)), workers=self.table_parallelism
         )
+        # the changes routed to each target: its rows and dead letters
+        routed = [sum(r["n"] for r in changes if routes(t, r)) for t in self.targets]
         # the rows' files first, their statistics counted by that write: the commits (their
         # metadata holds them) come after the dead letters, as always. The existing tables'
         # rows are written by one Spark job; a table it cannot take is written on its own
@@ -421,9 +423,7 @@ class BuildSink:
                 [(parts, planned[i].plan.target.table_uri) for i, parts in joint],
                 txn,
                 workers=self.table_parallelism,
-                routed=sum(
-                    r["n"] for i, _ in joint for r in changes if routes(planned[i].plan.target, r)
-                ),
+                routed=sum(routed[i] for i, _ in joint),
             )
             together = dict(zip([i for i, _ in joint], staged_together, strict=True))
 
@@ -451,7 +451,6 @@ class BuildSink:
 
         prepared = map_tables(spark, prepare, range(len(planned)), workers=self.table_parallelism)
         plans = [p.plan for p in prepared]
-        routed = [sum(r["n"] for r in changes if routes(p.target, r)) for p in plans]
         # a routed change is either a row or a dead letter (the plan splits them)
         refused = [n - p.stats.count for n, p in zip(routed, prepared, strict=True)]
         dead_count = write_rejects(
