@@ -579,13 +579,16 @@ def _start_spark_context(app_name: str, master: str, conf: Mapping[str, str]) ->
     try:
         gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_end})
     except PySparkRuntimeError as e:
-        os.close(write_end)
+        os.close(write_end)  # the JVM's copy is closed: the filter reads to its end
         forward.join(timeout=5)  # the exited JVM's last lines
         raise EnvironmentSetupError(
             f"Spark's JVM exited before it started: {_jvm_failure(said)}; fix the setting or "
             "installation it names (LAKEHOUSE_SPARK_CONF, spark.jars, JAVA_HOME)"
         ) from e
-    os.close(write_end)
+    except BaseException:
+        os.close(write_end)
+        raise
+    os.close(write_end)  # the JVM holds its own copy
     SparkContext(conf=spark_conf, gateway=gateway)
 
 
