@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,8 +190,9 @@ def connector_records(
     """Debezium messages (:class:`lakehouse.testing.debezium.Message`) in the sources' raw
     schema, as Spark's Kafka source reads a connector's topics: a topic per table
     (``dbserver1.public.<table>``), one input partition per topic. With ``topic``, all of
-    them in that one topic, in Spark's default partitions. ``offsets`` holds each topic's
-    next offset, advanced here."""
+    them in that one topic, in Spark's default partitions. A tombstone (no value) goes to the
+    topic of the message before it, as Debezium writes it after its delete. ``offsets`` holds
+    each topic's next offset, advanced here."""
     from datetime import UTC, datetime
 
     from pyspark.sql.types import StructType
@@ -198,8 +200,12 @@ def connector_records(
     from lakehouse.sources.schema import RAW_SCHEMA_DDL
 
     by_topic: dict[str, list[Any]] = {}
+    name = topic
     for m in messages:
-        name = topic or f"dbserver1.public.{m.value['payload']['source']['table']}"
+        if topic is None and m.value is not None:
+            payload = m.value.get("payload", m.value)  # without its Connect schema: bare
+            name = f"dbserver1.public.{payload['source']['table']}"
+        assert name is not None, "a tombstone needs its delete before it"
         by_topic.setdefault(name, []).append(m)
     rows, now = [], datetime.now(UTC)
     for name, listed in by_topic.items():
@@ -325,3 +331,35 @@ def wait_for_lease_release(table: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"the lease of {table} was not released: {read_lease(table)}")
+
+
+def summary_in_tasks(decoded: Any, tasks: int = 2) -> Any:
+    """:func:`lakehouse.dimension.summary.summarise`'s answers for ``decoded``, as the one-pass
+    write's tasks aggregate them (``dev.lakehouse.write.BatchSummary``, over ``tasks`` tasks,
+    writing no table) and the driver folds them
+    (:func:`~lakehouse.dimension.summary.fold_tasks`)."""
+    from lakehouse.dimension.summary import fold_tasks, record_summary
+
+    sc = decoded.sparkSession.sparkContext
+    write = sc._jvm.dev.lakehouse.write
+    rows = decoded.select(record_summary(decoded.schema))
+    outputs = sc._gateway.new_array(write.TableOutput, 0)
+    outcome = write.MultiTableWrite.write(
+        rows._jdf.queryExecution().toRdd(), outputs, tasks, False, True
+    )
+    return fold_tasks([str(t) for t in outcome.summaries()])
+
+
+def same_summary(got: Any, want: Any) -> None:
+    """Assert two :data:`lakehouse.dimension.summary.Summary` answers agree, whatever the order
+    of their entries (a grouped aggregation's rows come in no set order)."""
+
+    def entries(rows: Any) -> list[str]:
+        return sorted(
+            json.dumps({**r, "images": sorted(r.get("images", ()))}, sort_keys=True, default=str)
+            for r in rows
+        )
+
+    assert entries(got[0]) == entries(want[0])
+    assert got[1] == want[1]
+    assert entries(got[2]) == entries(want[2])

@@ -39,6 +39,7 @@ from lakehouse.delta.schema import first_inexact as first_inexact
 from lakehouse.delta.schema import inexact as inexact
 from lakehouse.delta.schema import same_type as same_type
 from lakehouse.delta.schema import spark_schema_to_arrow as spark_schema_to_arrow
+from lakehouse.delta.write import JointWrite as JointWrite
 from lakehouse.delta.write import StagedAppend as StagedAppend
 from lakehouse.delta.write import append as append
 from lakehouse.delta.write import compact_files as compact_files
@@ -49,6 +50,7 @@ from lakehouse.delta.write import stage_appends as stage_appends
 __all__ = [
     "NAMESPACE",
     "CommitInfo",
+    "JointWrite",
     "StagedAppend",
     "TableSnapshot",
     "WriteResult",

@@ -583,7 +583,8 @@ def stage_tables(
     max_files: int,
     workers: int = 1,
     interpreted: bool = False,
-) -> list[StagedRows | None]:
+    summarise: bool = False,
+) -> tuple[list[StagedRows | None], list[str]]:
     """Write every table's rows in one Spark job (lakehouse's ``MultiTableWrite``), each
     table's files as :func:`stage_on` writes an append's, and stop before the commits: per
     table, a transaction started from its snapshot, holding the files' ``add`` actions
@@ -595,7 +596,9 @@ def stage_tables(
     None is not written (its result is None). ``workers``: tables whose writers are prepared
     at once (py4j calls, Delta's planning of each table's statistics). ``interpreted``: the
     job's tasks evaluate ``jdf``'s projection and the statistics trackers' interpreted, without
-    generating their code (``MultiTableWrite.write``).
+    generating their code (``MultiTableWrite.write``). ``summarise``: ``jdf`` has one more
+    column, after the tables', a struct of ``dev.lakehouse.write.BatchSummary``'s fields, which
+    each task aggregates; the second answer is the tasks' summaries as JSON (empty without).
 
     The caller has checked that each table takes its rows as they are: the rows' type is the
     table's schema, the table is not partitioned and has no column mapping, constraints,
@@ -624,7 +627,8 @@ def stage_tables(
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
-    written = write(rdd, joutputs, max_files, interpreted)
+    outcome = write(rdd, joutputs, max_files, interpreted, summarise)
+    written = outcome.written()
     action = getattr(_class(spark, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
     converters = _class(spark, "scala.jdk.javaapi.CollectionConverters")
     tags = _class(spark, "scala.collection.immutable.HashMap")()
@@ -661,4 +665,4 @@ def stage_tables(
             count=int(result.rows()),
             max_event_time_ms=None if biggest is None else int(biggest),
         )
-    return out
+    return out, [str(text) for text in outcome.summaries()]

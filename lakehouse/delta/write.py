@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from lakehouse.delta import _engine, checkpointer
 from lakehouse.delta.commits import WriteResult
@@ -492,6 +492,15 @@ def stage_append(
     )
 
 
+class JointWrite(NamedTuple):
+    """What :func:`stage_appends` wrote: per table its staged append (None: not taken), and,
+    when it summarised, the summaries of the job's tasks (JSON texts, one per task that read a
+    record; None: not asked, or the job was not run)."""
+
+    appends: list[StagedAppend | None]
+    summaries: tuple[str, ...] | None
+
+
 def stage_appends(
     df: DataFrame,
     uris: Sequence[str],
@@ -502,7 +511,8 @@ def stage_appends(
     workers: int = 1,
     compact_every: int | None = None,
     row_count: int | None = None,
-) -> list[StagedAppend | None]:
+    summarise: bool = False,
+) -> JointWrite:
     """:func:`stage_append` ``(rows, uri, txn=txn, max_files=max_files)`` of many tables, their
     files written by one Spark job (:func:`lakehouse.delta._engine.stage_tables`) instead of a
     job per table. ``df``'s column ``i`` holds table ``uris[i]``'s rows: a struct of the
@@ -512,6 +522,9 @@ def stage_appends(
     writers are prepared at once. ``row_count``: how many rows ``df`` holds for all tables, when the
     caller knows; a write of at most :data:`INTERPRETED_ROWS_PER_TABLE` per table it takes is
     evaluated without generated code (:func:`lakehouse.delta._engine.stage_tables`).
+    ``summarise``: ``df`` has one more column, after the tables', a struct of the fields of an
+    ingest batch's summary (``dev.lakehouse.write.BatchSummary``, in every row), which each of
+    the job's tasks aggregates over its rows (:attr:`JointWrite.summaries`).
 
     None, with nothing written, for a table that :func:`stage_append` would refuse, or that
     would not take the rows as they are (:func:`_takes_as_is`: a type to cast or widen, a
@@ -528,11 +541,12 @@ def stage_appends(
         or _together_refused is not None
         or spark.conf.get(TABLES_TOGETHER_CONF, "true") != "true"
     ):
-        return out
+        return JointWrite(out, None)
     tables: list[_engine.TableRows | None] = []
     snaps: list[TableSnapshot | None] = []
     jfields = df._jdf.schema().fields()
-    for i, (field, uri) in enumerate(zip(df.schema.fields, uris, strict=True)):
+    fields = df.schema.fields[:-1] if summarise else df.schema.fields
+    for i, (field, uri) in enumerate(zip(fields, uris, strict=True)):
         snap = snapshot(uri, spark=spark)
         rows_type = field.dataType
         take = (
@@ -557,20 +571,21 @@ def stage_appends(
         )
         snaps.append(snap if take else None)
     if not any(t is not None for t in tables):
-        return out
+        return JointWrite(out, None)
     try:
         writing = sum(1 for t in tables if t is not None)
-        written = _engine.stage_tables(
+        written, summaries = _engine.stage_tables(
             spark,
             df._jdf,
             tables,
             max_files=max_files,
             workers=workers,
             interpreted=row_count is not None and row_count <= INTERPRETED_ROWS_PER_TABLE * writing,
+            summarise=summarise,
         )
     except _engine.Unsupported as e:
         _refuse_together(str(e))
-        return out
+        return JointWrite(out, None)
     for i, (taken, rows) in enumerate(zip(snaps, written, strict=True)):
         if taken is not None and rows is not None:
             out[i] = StagedAppend(
@@ -583,7 +598,7 @@ def stage_appends(
                 compact_every=compact_every,
                 observed={"n": rows.count, "m": rows.max_event_time_ms},
             )
-    return out
+    return JointWrite(out, tuple(summaries) if summarise else None)
 
 
 def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -> bool:

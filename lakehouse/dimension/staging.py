@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse import delta
 from lakehouse.dimension.commit import RowStats
@@ -67,6 +67,15 @@ def stage_rows(
     return staged, None if observed is None else _stats_of(observed)
 
 
+class Together(NamedTuple):
+    """What :func:`stage_rows_together` wrote: per table its staged append and what its rows
+    hold (None: the joint write did not take the table), and the tasks' summaries of the
+    records when it was asked for them (None: not asked, or no joint write ran)."""
+
+    staged: list[tuple[delta.StagedAppend, RowStats] | None]
+    summaries: tuple[str, ...] | None = None
+
+
 def stage_rows_together(
     decoded: DataFrame,
     items: Sequence[tuple[RowParts, str]],
@@ -74,17 +83,20 @@ def stage_rows_together(
     *,
     workers: int = 1,
     routed: int | None = None,
-) -> list[tuple[delta.StagedAppend, RowStats] | None]:
+    summary: Column | None = None,
+) -> Together:
     """:func:`stage_rows` of each ``(parts, uri)`` (a table's :class:`RowParts` over
     ``decoded``), every table's rows made by one projection of ``decoded`` and their files
     written by one Spark job (:func:`delta.stage_appends`). None for a table that job could
     not take (the caller stages it with :func:`stage_rows`). ``workers``: tables whose writers
     are prepared at once. ``routed``: the records routed to these tables (at least their rows),
-    when known (:func:`delta.stage_appends`' ``row_count``)."""
+    when known (:func:`delta.stage_appends`' ``row_count``). ``summary``: each record's part of
+    the batch's summary (:func:`lakehouse.dimension.summary.record_summary`), aggregated by the
+    job's tasks (:attr:`Together.summaries`)."""
     from pyspark.sql import functions as F
 
     if not items:
-        return []
+        return Together([])
     # the tables' rows made by one projection per task (Spark generates its code in each),
     # over at most as many partitions as a table gets files
     values = decoded.coalesce(MAX_FILES).select(
@@ -94,10 +106,11 @@ def stage_rows_together(
         *[
             F.when(parts.routed & parts.kept, F.struct(*parts.columns)).alias(f"_rows{k}")
             for k, (parts, _) in enumerate(items)
-        ]
+        ],
+        *([] if summary is None else [summary.alias("_summary")]),
     )
 
-    staged = delta.stage_appends(
+    joint = delta.stage_appends(
         rows,
         [uri for _, uri in items],
         txn=txn,
@@ -105,12 +118,13 @@ def stage_rows_together(
         event_time=EVENT_TIME,
         workers=workers,
         row_count=routed,
+        summarise=summary is not None,
     )
     out: list[tuple[delta.StagedAppend, RowStats] | None] = []
-    for one in staged:
+    for one in joint.appends:
         observed = one.metrics() if one is not None else None
         out.append(None if one is None or observed is None else (one, _stats_of(observed)))
-    return out
+    return Together(out, joint.summaries)
 
 
 def row_stats(rows: DataFrame | None) -> RowStats:

@@ -4,10 +4,16 @@
 per :data:`KEY`, folded on the driver (:func:`fold`, pure) into :data:`Summary`: per group
 for the plans, per partition for the end offsets, per source table, phase and partition for
 the snapshot signals.
+
+The same rows can come from the tasks that write a batch's rows instead
+(:mod:`lakehouse.dimension.one_pass`): each record's :func:`record_summary`, aggregated per
+task in the JVM (``dev.lakehouse.write.BatchSummary``, by the same functions), the tasks' rows
+folded by :func:`fold_tasks` as :func:`summarise`'s are.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +21,8 @@ from lakehouse.dimension.jvm_decode import image_groups
 from lakehouse.dimension.signals import Offsets
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 #: A summary row's group: record kind and error kind, source table, snapshot phase, column
 #: set, key columns and topic-partition.
@@ -70,11 +77,7 @@ def summarise(decoded: DataFrame) -> Summary:
     schema, see :func:`python_pass_needed`)."""
     from pyspark.sql import functions as F
 
-    groups_of = image_groups(decoded.schema)
-    image = F.coalesce(
-        *[F.when(F.col(n).isNotNull(), F.lit(g)) for g, names in groups_of.items() for n in names],
-        F.lit(None).cast("string"),
-    )
+    image = _image_group(decoded.schema)
     schema = F.when(
         F.col("_connect_schema").isNotNull(),
         F.struct(
@@ -99,6 +102,43 @@ def summarise(decoded: DataFrame) -> Summary:
         .collect()
     )
     return fold([r.asDict() for r in rows])
+
+
+def record_summary(schema: StructType) -> Column:
+    """A decoded record's part of the batch's summary, as the struct the tasks of a one-pass
+    write aggregate (``dev.lakehouse.write.BatchSummary``: its fields in this order): the
+    group (:data:`KEY`), then what :func:`summarise` aggregates per group: the event time,
+    offset, Kafka timestamp, connector position, Connect schema, image group and whether the
+    record kept its raw value. ``schema``: the decoded records' schema."""
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        *[F.col(c) for c in KEY],
+        F.col("_event_time_ms"),
+        F.col("offset"),
+        F.col("timestamp"),
+        F.col("_seq"),
+        F.col("_connect_schema"),
+        _image_group(schema),
+        F.col("value").isNotNull(),
+    )
+
+
+def fold_tasks(texts: Sequence[str]) -> Summary:
+    """:data:`Summary` from the one-pass write's task summaries (``BatchSummary``'s JSON: per
+    task, the rows :func:`summarise` would have of its records): a group's rows of several
+    tasks fold as the aggregation's rows of several groups do (counts add, maxima take the
+    greatest, image sets join).
+
+    >>> row = {"_kind": "change", "_error_kind": None, "_source_table": "s.t",
+    ...     "_snapshot_phase": None, "_row_columns": "[]", "_key_columns": "[]", "topic": "t",
+    ...     "partition": 0, "n": 2, "max_ts": 7, "o": 11, "ts": 5, "seq": "a",
+    ...     "schema": None, "images": ["i0"], "kept": 0}
+    >>> summary, ends, groups = fold_tasks([json.dumps([row]), json.dumps([{**row, "o": 3}])])
+    >>> summary[0]["n"], ends, groups[0]["o"]
+    (4, {'t': {'0': 12}}, 11)
+    """
+    return fold([row for text in texts for row in json.loads(text)])
 
 
 def fold(rows: Sequence[Mapping[str, Any]]) -> Summary:
@@ -177,6 +217,21 @@ def python_pass_needed(summary: Sequence[Mapping[str, Any]]) -> bool:
     bare = {r["_source_table"] for r in summary if r["_kind"] == "change" and r.get("kept")}
     schemas = {r["_source_table"] for r in summary if r.get("schema") is not None}
     return bool(bare & schemas)
+
+
+def _image_group(schema: StructType) -> Column:
+    """The image group a decoded record's typed row image is in (:func:`image_groups`), or
+    NULL (no typed image)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(
+        *[
+            F.when(F.col(n).isNotNull(), F.lit(g))
+            for g, names in image_groups(schema).items()
+            for n in names
+        ],
+        F.lit(None).cast("string"),
+    )
 
 
 def _max(a: Any, b: Any) -> Any:

@@ -43,6 +43,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * each table's task commit messages and statistics back ({@link #write}), and the caller commits
  * each table's files in a transaction of its own. A task that fails deletes the files it opened;
  * a job that fails leaves the files of its finished tasks, which no table version names.
+ *
+ * <p>The input may carry one more column, after the tables' columns: a struct of a {@link
+ * BatchSummary}'s fields, which every row has. Each task then also aggregates its rows' summary,
+ * and the job returns the tasks' summaries beside what they wrote: an ingest batch decoded,
+ * written and summarised in one pass over its records.
  */
 public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalRow>, TaskOutput> {
   private static final long serialVersionUID = 1L;
@@ -52,10 +57,13 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
 
   private final TableOutput[] tables;
   private final String jobTrackerId;
+  /** Whether the input's column after the tables' is a {@link BatchSummary} struct. */
+  private final boolean summarise;
 
-  private MultiTableWrite(TableOutput[] tables, String jobTrackerId) {
+  private MultiTableWrite(TableOutput[] tables, String jobTrackerId, boolean summarise) {
     this.tables = tables;
     this.jobTrackerId = jobTrackerId;
+    this.summarise = summarise;
   }
 
   /** One table's open file in a task. */
@@ -84,9 +92,13 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
         new TaskAttemptID(new TaskID(job, TaskType.MAP, task.partitionId()), task.attemptNumber());
     Open[] open = new Open[tables.length];
     List<TaskOutput> out = new ArrayList<>();
+    BatchSummary summary = summarise ? new BatchSummary() : null;
     try {
       while (rows.hasNext()) {
         InternalRow row = rows.next();
+        if (summary != null) {
+          summary.add(row.getStruct(tables.length, BatchSummary.FIELDS));
+        }
         for (int t = 0; t < tables.length; t++) {
           TableOutput table = tables[t];
           if (table == null || row.isNullAt(t)) {
@@ -125,6 +137,9 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
           stats[k] = file.stats[k].getFinalStats(took);
         }
         out.add(new TaskOutput(t, message, stats, file.rows, file.maxEventTime, file.hasEventTime));
+      }
+      if (summary != null && !summary.isEmpty()) {
+        out.add(new TaskOutput(summary.toJson()));
       }
     } catch (Throwable e) {
       abort(open);
@@ -217,12 +232,20 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
    * spark.sql.codegen.factoryMode}, set for this job's tasks only, as a local property of the
    * calling thread).
    *
-   * @return per table (the order of {@code outputs}), what was written; null where the output is
+   * <p>{@code summarise}: the input's column after the tables' is a {@link BatchSummary} struct,
+   * and each task returns its rows' summary (see this class's comment).
+   *
+   * @return per table (the order of {@code outputs}), what was written (null where the output
+   *     is), and the tasks' summaries
    */
-  public static Written[] write(
-      RDD<InternalRow> input, TableOutput[] outputs, int tasks, boolean interpreted) {
+  public static Outcome write(
+      RDD<InternalRow> input,
+      TableOutput[] outputs,
+      int tasks,
+      boolean interpreted,
+      boolean summarise) {
     String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
-    MultiTableWrite write = new MultiTableWrite(outputs, tracker);
+    MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise);
     SparkContext context = input.sparkContext();
     String before = context.getLocalProperty(FACTORY_MODE);
     List<TaskOutput> results;
@@ -237,6 +260,12 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
       }
     }
     Written[] out = new Written[outputs.length];
+    List<String> summaries = new ArrayList<>();
+    for (TaskOutput result : results) {
+      if (result.summary != null) {
+        summaries.add(result.summary);
+      }
+    }
     for (int t = 0; t < outputs.length; t++) {
       TableOutput table = outputs[t];
       if (table == null) {
@@ -272,6 +301,29 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
       }
       out[t] = new Written(rows, max, hasMax);
     }
-    return out;
+    return new Outcome(out, summaries.toArray(new String[0]));
+  }
+
+  /** What {@link #write} did: per table what it wrote, and the tasks' summaries. */
+  public static final class Outcome {
+    private final Written[] written;
+    private final String[] summaries;
+
+    Outcome(Written[] written, String[] summaries) {
+      this.written = written;
+      this.summaries = summaries;
+    }
+
+    /** Per table (the order of the write's outputs), what was written; null where the output
+     * is. */
+    public Written[] written() {
+      return written;
+    }
+
+    /** Each task's {@link BatchSummary} as JSON (tasks of no record give none); empty unless
+     * the write summarised. */
+    public String[] summaries() {
+      return summaries;
+    }
   }
 }

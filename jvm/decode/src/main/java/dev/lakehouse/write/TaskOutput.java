@@ -6,7 +6,8 @@ import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage;
 import org.apache.spark.sql.execution.datasources.WriteTaskStats;
 
 /** What one task wrote of one table: its commit message, its trackers' statistics (in the
- * order of {@link TableOutput}'s trackers), its row count and its largest event time. */
+ * order of {@link TableOutput}'s trackers), its row count and its largest event time; or, with
+ * {@link #table} -1, the task's {@link BatchSummary} of its records, as JSON. */
 final class TaskOutput implements Serializable {
   private static final long serialVersionUID = 1L;
 
@@ -17,6 +18,8 @@ final class TaskOutput implements Serializable {
   /** Epoch microseconds; meaningful when {@link #hasEventTime}. */
   final long maxEventTime;
   final boolean hasEventTime;
+  /** The task's summary of its records (JSON, {@link BatchSummary#toJson}); null for a table. */
+  final String summary;
 
   TaskOutput(
       int table,
@@ -31,5 +34,17 @@ final class TaskOutput implements Serializable {
     this.rows = rows;
     this.maxEventTime = maxEventTime;
     this.hasEventTime = hasEventTime;
+    this.summary = null;
+  }
+
+  /** A task's summary of its records. */
+  TaskOutput(String summary) {
+    this.table = -1;
+    this.commit = null;
+    this.stats = null;
+    this.rows = 0;
+    this.maxEventTime = 0;
+    this.hasEventTime = false;
+    this.summary = summary;
   }
 }
