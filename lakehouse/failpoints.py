@@ -36,6 +36,7 @@ POINTS: Final[dict[str, str]] = {
     # the checkpoint a commit made due, written beside the next batch (lakehouse.delta)
     "delta.checkpoint": "a commit that made a log checkpoint due, the checkpoint not yet",
     # the ingest's batch (lakehouse.dimension.sink), in write order
+    "ingest.after_one_pass": "the batch's rows staged by its one pass, nothing committed",
     "ingest.after_dead_letters": "the batch's dead letters committed, no build-table write",
     # a build table created before any row (nothing routed to it yet)
     "ingest.after_create": "the build table created, the batch's data not yet",

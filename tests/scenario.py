@@ -118,6 +118,26 @@ def cdc_batches() -> list[list[str]]:
     ]
 
 
+def steady_batches() -> list[list[str]]:
+    """A steady change log, one file (one micro-batch) each: a snapshot of four rows (the
+    marker) and an undecodable line (a dead letter), then four batches of an update of each
+    key. From the second batch of a process
+    on that reads the table's recorded Connect schema, each is written in one pass
+    (:mod:`lakehouse.dimension.one_pass`)."""
+    t = DebeziumTable("public", "rates", key="currency", start_ms=START_MS)
+    codes = ("EUR", "GBP", "JPY", "CHF")
+
+    def compact(m: Any) -> str:  # as the connector's JsonConverter writes it
+        return m.value_bytes().decode()
+
+    snap = [compact(m) for m in t.snapshot([{"currency": c, "rate": "1.0"} for c in codes])]
+    out = [[*snap, "{not json"]]
+    for i in range(4):
+        t.advance(60_000)
+        out.append([compact(t.update({"currency": c, "rate": f"1.{i + 1}"})) for c in codes])
+    return out
+
+
 #: An order of the last file whose time the watermark passed two files earlier: a row-time
 #: join releases it at once, as ``_released_by = 'late'``.
 LATE_ORDER = 99

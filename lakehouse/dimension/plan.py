@@ -383,7 +383,13 @@ class RowParts:
     tables' rows can be made by one projection: a record makes a row of the table where
     ``routed`` holds and ``reason`` is NULL (``reason`` and ``kind`` read the column
     ``value_column``, which must hold ``value`` where ``routed``), and the row is ``columns``;
-    a routed record with a ``reason`` is a dead letter of that ``kind``."""
+    a routed record with a ``reason`` is a dead letter of that ``kind``.
+
+    ``shape`` is what the expressions are made from (the table, its records' row images, its
+    columns, types and key, ``value_column``): two plans of one table with the same ``shape``
+    make the same rows of the same records (but for the batch's ingest time and wall clock).
+    None when the expressions hold the batch's own records (refused column sets, value checks).
+    """
 
     routed: Column
     value_column: str
@@ -391,6 +397,7 @@ class RowParts:
     reason: Column
     kind: Column
     columns: tuple[Column, ...]
+    shape: Any = None
 
     @property
     def kept(self) -> Column:
@@ -562,7 +569,11 @@ def plan_target(
             ),
         )
         kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
-    columns_of_row = (*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested)
+    columns_of_row = _in_table_order(
+        (*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested),
+        (*order, *LINEAGE_COLUMNS),
+        look.columns,
+    )
     mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
     plan = TargetPlan(
         target=target,
@@ -580,6 +591,7 @@ def plan_target(
         reason=reason,
         kind=kind,
         columns=columns_of_row,
+        shape=None if incompatible or columns.value_checks else shape,
     )
     return plan, TargetFrames(decoded, routed, parts)
 
@@ -672,6 +684,25 @@ def _expressions(
             F.col("offset").alias(KAFKA_OFFSET),
         ),
     )
+
+
+def _in_table_order(
+    columns: Sequence[Column], names: Sequence[str], table: Mapping[str, Any]
+) -> tuple[Column, ...]:
+    """A row's ``columns`` (named ``names``) in the order of the ``table``'s columns, then the
+    columns it does not have yet, in their order: the order Delta gives a table whose columns
+    a write adds (at the end), so that the rows' type is the table's and a joint write takes
+    them as they are (``delta.stage_appends``).
+
+    >>> _in_table_order(["a", "_op", "b"], ["a", "_op", "b"], {"a": 1, "_op": 1})
+    ('a', '_op', 'b')
+    >>> _in_table_order(["a", "b", "_op"], ["a", "b", "_op"], {"a": 1, "_op": 1, "b": 1})
+    ('a', '_op', 'b')
+    """
+    by_name = dict(zip(names, columns, strict=True))
+    ordered = [n for n in table if n in by_name]
+    ordered += [n for n in names if n not in table]
+    return tuple(by_name[n] for n in ordered)
 
 
 def _block_evidence(

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse import delta
+from lakehouse.delta.write import TABLES_TOGETHER_CONF
 from lakehouse.dimension import connect_schemas
 from lakehouse.dimension.batch_signals import (
     BatchSignals,
@@ -61,7 +62,7 @@ from lakehouse.dimension.batch_signals import (
 )
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit, table_creation
 from lakehouse.dimension.decode import decode_rest, decode_start
-from lakehouse.dimension.jvm_decode import WireSchemas
+from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
 from lakehouse.dimension.layout import (
     META_SYNTHETIC_DELETES,
     PROP_CONNECT_SCHEMAS,
@@ -82,7 +83,9 @@ from lakehouse.dimension.marker import (
     set_marker,
     start_resnapshot,
 )
+from lakehouse.dimension.one_pass import ONE_PASS_CONF, Foresight, OnePass, steady, write_one_pass
 from lakehouse.dimension.plan import (
+    RowParts,
     TargetFrames,
     TargetPlan,
     empty_like,
@@ -232,6 +235,8 @@ class BuildSink:
         self._expressions: dict[Any, Any] = {}
         #: the Connect schemas the JVM decode knows, learned batch by batch
         self._wire = WireSchemas()
+        #: the last steady batch's shapes, which the next is planned from (module .one_pass)
+        self._foresight = Foresight()
 
     # ---------------------------------------------------------------------------- entry point
 
@@ -283,6 +288,11 @@ class BuildSink:
         signals = read_signals(signal_df, {t.snapshot.notification_topic for t in self.targets})
         start = self._connect_schemas_at_start(looks, batch_id)
         with contextlib.ExitStack() as cached:  # what the batch persists, unpersisted at its end
+            args = (data, signal_df, signals, looks, batch_id, started, start, cached)
+            # a steady batch: decoded, written and summarised in one job (module .one_pass)
+            one = self._one_pass(data, looks, batch_id, start)
+            if one is not None:
+                return self._process_decoded(one.decoded, one.summarised, *args, one_pass=one)
             limit, wire = self.max_record_bytes, self._wire
             decoded = decode_start(data, max_record_bytes=limit, schemas=start, wire=wire)
             cached.callback(decoded.unpersist)
@@ -290,24 +300,76 @@ class BuildSink:
             # for the Python decoder (then those are decoded and the summary taken again)
             summarised = summarise(decoded)
             wire.learn_shapes(summarised[0])
-            if python_pass_needed(summarised[0]):
+            second = python_pass_needed(summarised[0])
+            if second:
                 decoded = decode_rest(decoded, max_record_bytes=limit, schemas=start, wire=wire)
                 cached.callback(decoded.unpersist)
                 summarised = summarise(decoded)
-            return self._process_decoded(
-                decoded,
-                summarised,
-                data,
-                signal_df,
-                signals,
-                looks,
-                batch_id,
-                started,
-                start,
-                cached,
-            )
+            return self._process_decoded(decoded, summarised, *args, foresees=not second)
 
     # ------------------------------------------------------------------------------ internals
+
+    def _one_pass(
+        self,
+        data: DataFrame,
+        looks: Mapping[str, TargetLook],
+        batch_id: int,
+        start: Mapping[str, str],
+    ) -> OnePass | None:
+        """The batch decoded, its rows written as the last steady batch's shapes foresee and
+        its summary, in one job (:mod:`lakehouse.dimension.one_pass`); None when the batch does
+        not try (the session turns it off, nothing foreseen, a decoder that learned since, a
+        table to create, replay or blocked) or its records were not steady (a miss: the files
+        deleted already)."""
+        conf = data.sparkSession.conf
+        if (
+            conf.get(ONE_PASS_CONF, "true") != "true"
+            or conf.get(TABLES_TOGETHER_CONF, "true") == "false"
+        ):
+            return None  # turned off; it writes the tables together or not at all
+        foreseen = self._foresee(data, looks, batch_id, start)
+        if isinstance(foreseen, str):
+            log.debug("batch %d: in two jobs, not one pass: %s", batch_id, foreseen)
+            return None
+        decoded, items, rows = foreseen
+        txn = (self.pipeline_id, batch_id)
+        one = write_one_pass(decoded, items, txn, workers=self.table_parallelism, routed=rows)
+        if one is None:
+            self._foresight.missed()
+            log.debug("batch %d: not steady; two jobs after its one", batch_id)
+        return one
+
+    def _foresee(
+        self,
+        data: DataFrame,
+        looks: Mapping[str, TargetLook],
+        batch_id: int,
+        start: Mapping[str, str],
+    ) -> tuple[DataFrame, list[tuple[int, RowParts, str]], int] | str:
+        """The batch's decode, each foreseen target's rows (its index, expressions and table)
+        and the rows foreseen; or why the batch does not try one pass."""
+        shapes = self._foresight.shapes()
+        if not shapes:
+            return "no steady batch before it to foresee its shapes"
+        if any(
+            not look.exists or look.replay or open_block(look.properties) is not None
+            for look in looks.values()
+        ):
+            return "a table to create, replayed or blocked"
+        decoded = decode_fast(data, self._wire, max_bytes=self.max_record_bytes, start=start)
+        if self._wire.plan is None or self._wire.plan[0] != self._foresight.decoder:
+            return "the decoder learned schemas or shapes since (other image columns)"
+        items, rows = [], 0
+        for index, target in enumerate(self.targets):
+            mine = [r for r in shapes if routes(target, r)]
+            if not mine:
+                continue
+            _, frames = self._plan(decoded, index, looks[target.table_uri], shapes, [], batch_id)
+            if frames.parts is None or frames.parts.shape is None:
+                return f"build table {target.table_uri} refuses a column set"
+            items.append((index, frames.parts, target.table_uri))
+            rows += sum(r["n"] for r in mine)
+        return (decoded, items, rows) if items else "no rows foreseen"
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -359,19 +421,29 @@ class BuildSink:
         started: float,
         start_schemas: Mapping[str, str],
         cached: contextlib.ExitStack,
+        *,
+        one_pass: OnePass | None = None,
+        foresees: bool = True,
     ) -> BatchReport:
         """Plan each target and write its rows' files (counted as they are written; a job
         each), write the dead letters, then decide and commit each target. ``summarised``:
         :func:`summarise` of ``decoded``; ``data``: the source records ``decoded`` is of;
         ``start_schemas``: the tables' Connect schema texts the batch was decoded from;
-        ``cached``: unpersists what this persists, at the batch's end."""
+        ``cached``: unpersists what this persists, at the batch's end.
+
+        ``one_pass``: rows written already, as foreseen (:mod:`.one_pass`): a table's are
+        taken when the plan made here is the one they were written by, else deleted, and the
+        table written as the others are (``decoded`` is then decoded again).
+        ``foresees``: whether a steady batch's shapes may foresee the next batch's (not when
+        the Python decoder taught the JVM new ones)."""
         summary, data_ends, groups = summarised
         end_offsets = merge_offsets(data_ends, signals.end_offsets)
         kinds, errors_by_kind = count_kinds(summary)
         if signals.invalid:
             errors_by_kind["invalid_signal"] = len(signals.invalid)
         changes = [r for r in summary if r["_kind"] == "change"]
-        if sum(1 for t in self.targets if any(routes(t, r) for r in changes)) > 1:
+        tables_routed = sum(1 for t in self.targets if any(routes(t, r) for r in changes))
+        if one_pass is None and tables_routed > 1:
             decoded = _cut_lineage(decoded, cached)  # the tables are planned over its rows
         ddl_events = schema_change_events(decoded) if kinds.get("schema_change") else []
         spark = decoded.sparkSession
@@ -417,6 +489,12 @@ class BuildSink:
             and not looks[p.plan.target.table_uri].replay
         ]
         together: dict[int, tuple[delta.StagedAppend, RowStats] | None] = {}
+        if one_pass is not None:
+            together.update(one_pass.take([p.frames.parts for p in planned], routed))
+            joint = [(i, parts) for i, parts in joint if i not in together]
+            self._foresight.hit()
+            self._wire.learn_shapes(summary)
+            failpoint("ingest.after_one_pass", batch_id)
         if joint:
             staged_together = stage_rows_together(
                 decoded,
@@ -424,8 +502,8 @@ class BuildSink:
                 txn,
                 workers=self.table_parallelism,
                 routed=sum(routed[i] for i, _ in joint),
-            )
-            together = dict(zip([i for i, _ in joint], staged_together, strict=True))
+            ).staged
+            together.update(zip([i for i, _ in joint], staged_together, strict=True))
 
         def prepare(i: int) -> Prepared:
             plan, frames, schemas, create = planned[i]
@@ -483,6 +561,13 @@ class BuildSink:
 
         reports = map_tables(spark, commit, range(len(plans)), workers=self.table_parallelism)
         _log_unrouted_ddl(ddl_events, plans, batch_id)
+        self._foresight.saw(
+            summary,
+            steady=foresees
+            and steady(summary)
+            and all(p.frames.parts is None or p.frames.parts.shape is not None for p in prepared),
+            decoder=None if self._wire.plan is None else self._wire.plan[0],
+        )
         return BatchReport(
             batch_id=batch_id,
             records=sum(kinds.values()),
@@ -497,6 +582,7 @@ class BuildSink:
             seconds=time.monotonic() - started,
             errors_by_kind=errors_by_kind,
             signal_records=signals.count,
+            one_pass=one_pass is not None,
         )
 
     def _plan(

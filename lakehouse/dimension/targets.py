@@ -94,7 +94,8 @@ class BatchReport:
     """What one micro-batch did, for progress output and tests.
 
     ``records`` counts the data topics' records; ``signal_records`` those of the
-    notification and heartbeat topics.
+    notification and heartbeat topics. ``one_pass``: the batch's records were decoded, written
+    and summarised in one Spark job (:mod:`lakehouse.dimension.one_pass`).
     """
 
     batch_id: int
@@ -111,3 +112,4 @@ class BatchReport:
     skipped: bool = False
     errors_by_kind: Mapping[str, int] = field(default_factory=dict)
     signal_records: int = 0
+    one_pass: bool = False

@@ -55,7 +55,9 @@ def rates(spark, tmp_path_factory):
     costs = [first]
     offset = len(snapshot)
     with generated_code(spark):
-        for b in (1, 2):
+        # batch 1 is decoded as the table's recorded Connect schema says (a new decoder) in two
+        # jobs; 2 and 3 in one pass (lakehouse.dimension.one_pass)
+        for b in (1, 2, 3):
             changes = [table.update({"currency": CODES[i], "rate": f"{b}.{i}"}) for i in range(3)]
             with BatchCost(spark) as cost:
                 sink.process(_cdc(spark, changes, offset), b)
@@ -147,9 +149,11 @@ def test_an_ingest_batch_reads_the_build_table_log_once(rates):
         # commits the batch's look read (delta.write's direct write); the rows are counted
         # by their write (delta.stage_append), not by a job of their own
         assert cost.jobs <= 2 and cost.delta_jobs == 0, cost.descriptions
-    # the second runs the code Spark compiled for the first: no value of a batch's own (the
-    # wall clock, its id) is written into Spark's generated code (lakehouse.columns)
-    assert costs[1].compiles == 0, costs[1].descriptions
+    # a steady batch is one job, and the second runs the code Spark compiled for the first:
+    # no value of a batch's own (the wall clock, its id) is written into Spark's generated
+    # code (lakehouse.columns)
+    assert [c.jobs for c in costs[1:]] == [1, 1], [c.descriptions for c in costs]
+    assert costs[2].compiles == 0, costs[2].descriptions
 
 
 def test_a_processing_time_batch_is_one_look_per_table_and_two_jobs(spark, rates):
@@ -229,16 +233,19 @@ def test_a_configured_table_the_batch_did_not_touch_costs_no_spark_job(spark, tm
 def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_path):
     """A connector of more tables than the JVM decode once knew schemas (16), read as Spark's
     Kafka source reads it (a topic per table, an input partition per topic): a steady batch
-    that touches every table decodes none of its records in Python, keeps the JVM decoder of
-    the batch before (not a new one), and runs one job for its summary, one for the decoded
-    rows without the decode's plan behind them, and one that writes every table's rows; each
-    in two tasks per core the application has, not one per topic."""
+    that touches every table decodes none of its records in Python and keeps the JVM decoder
+    of the batch before (not a new one). In two jobs (the first batch after the one that
+    taught the decoder its schemas) it runs one for its summary, one for the decoded rows
+    without the decode's plan behind them, and one that writes every table's rows, each in
+    two tasks per core the application has, not one per topic; in one pass (the batches
+    after), one job that decodes, writes every table's rows and summarises, in at most as
+    many tasks as a table gets files."""
     names = [f"t{i:02d}" for i in range(17)]
     tables, sink = _connector(tmp_path, names, "cost-many")
     snapshot = [m for t in tables.values() for m in t.snapshot([{"currency": "C00", "rate": "1"}])]
     offsets: dict[str, int] = {}
     sink.process(connector_records(spark, snapshot, offsets), 0)
-    plans = []
+    plans, costs, passes = [], [], []
     for b in (1, 2, 3):
         # each batch meets the tables in another order
         order = names[b:] + names[:b]
@@ -246,13 +253,18 @@ def test_a_connector_of_many_tables_decodes_every_record_in_the_jvm(spark, tmp_p
         with BatchCost(spark) as cost:
             report = sink.process(connector_records(spark, changes, offsets), b)
         plans.append(sink._wire.plan)
+        costs.append(cost)
+        passes.append(report.one_pass)
         assert [t.rows for t in report.targets] == [1] * len(names)
     assert plans[1] is plans[2], "the JVM decoder was built anew"
-    assert cost.jobs == 3, json.dumps(cost.descriptions, indent=1)
+    assert passes == [False, True, True], passes
+    two, one = costs[0], costs[-1]
+    assert two.jobs == 3, json.dumps(two.descriptions, indent=1)
     cores = spark.sparkContext.defaultParallelism
     reduce = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    summary, *rest = cost.tasks  # the summary's job also runs its aggregate's reduce side
-    tasks = list(zip(cost.tasks, cost.descriptions, strict=True))
+    summary, *rest = two.tasks  # the summary's job also runs its aggregate's reduce side
+    tasks = list(zip(two.tasks, two.descriptions, strict=True))
     assert summary <= 2 * cores + reduce and max(rest) <= 2 * cores < len(names), tasks
     # the write's tasks are at most as many as the files a table gets
-    assert cost.tasks[-1] <= MAX_FILES, tasks
+    assert two.tasks[-1] <= MAX_FILES, tasks
+    assert one.jobs == 1 and one.tasks[0] <= MAX_FILES, (one.tasks, one.descriptions)

@@ -26,6 +26,7 @@ from lakehouse.delta import write as delta_write
 from lakehouse.delta.write import AUTO_COMPACT, TABLES_TOGETHER_CONF
 from lakehouse.dimension import BuildSink, BuildTarget
 from lakehouse.dimension.layout import INGESTED_AT
+from lakehouse.dimension.one_pass import ONE_PASS_CONF
 from lakehouse.testing.debezium import DebeziumTable
 
 pytestmark = pytest.mark.spark
@@ -44,11 +45,14 @@ _MIN_FILES = "spark.databricks.delta.autoCompact.minNumFiles"
 def _together(spark: Any, on: bool):
     spark.conf.set(TABLES_TOGETHER_CONF, "true" if on else "false")
     spark.conf.set(_MIN_FILES, "2")
+    # the two-job batch, whose write this compares (its one pass: test_one_pass.py)
+    spark.conf.set(ONE_PASS_CONF, "false")
     try:
         yield
     finally:
         spark.conf.unset(TABLES_TOGETHER_CONF)
         spark.conf.unset(_MIN_FILES)
+        spark.conf.unset(ONE_PASS_CONF)
 
 
 def _sink(root: Path) -> BuildSink:
