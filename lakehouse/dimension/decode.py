@@ -365,7 +365,11 @@ def decode_start(
 
     Only the records left keep their raw ``key`` and ``value``; every record has
     :data:`RAW_HASH`, by which :func:`with_raw` gives a decoded record its raw bytes back."""
-    wire.peek(lambda: _texts(raw.select("key", "value").limit(1).collect()))
+    first = wire.peek(lambda: _texts(raw.select("key", "value").limit(1).collect()))
+    # a first record without a Connect schema: its row image's shape, learned now, comes out
+    # typed from this batch on (else from the next), so the next batch's decode has the same
+    # image columns as this one's (a steady batch in one pass, module .one_pass)
+    wire.learn_shapes(_bare_shape(value, key, max_record_bytes) for key, value in first)
     # the raw text (about 2 kB a record with Connect schemas) is most of a record's size, and
     # the batch's plans read the decoded columns: decode_fast keeps it only where Python
     # needs it
@@ -439,6 +443,19 @@ def with_raw(rows: DataFrame, raw: DataFrame) -> DataFrame:
         )
         .drop("_source_key", "_source_value")
     )
+
+
+def _bare_shape(value: str | None, key: str | None, max_bytes: int) -> dict[str, Any]:
+    """A record's summary entry as :meth:`WireSchemas.learn_shapes` reads it, when the record
+    is a change event without a Connect schema (the Python decoder's ``_row_columns``, which
+    the JVM writes alike); an entry it skips otherwise."""
+    out = decode_record(
+        None if value is None else value.encode("utf-8"),
+        None if key is None else key.encode("utf-8"),
+        max_bytes=max_bytes,
+    )
+    bare = out["_kind"] == "change" and out["_connect_schema"] is None
+    return {**out, "kept": 1 if bare else 0, "schema": None}
 
 
 def _closed(prefix: str | None) -> str | None:

@@ -199,12 +199,18 @@ class WireSchemas:
         while len(self.shapes) > MAX_KNOWN:
             self.shapes.popitem(last=False)
 
-    def peek(self, first: Callable[[], Iterable[tuple[str | None, str | None]]]) -> None:
+    def peek(
+        self, first: Callable[[], Iterable[tuple[str | None, str | None]]]
+    ) -> list[tuple[str | None, str | None]]:
         """Learn the schemas of a batch's first records (``first()``, :meth:`learn_texts`)
-        when none is known and none was peeked at before; ``first`` is called only then."""
-        if self.empty and not self.peeked:
-            self.peeked = True
-            self.learn_texts(first())
+        when none is known and none was peeked at before; ``first`` is called only then.
+        Returns the records peeked at (none when it did not look)."""
+        if not self.empty or self.peeked:
+            return []
+        self.peeked = True
+        records = list(first())
+        self.learn_texts(records)
+        return records
 
 
 def schema_mark(text: str) -> str:

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakehouse import delta
-    from lakehouse.dimension.plan import RowParts
+    from lakehouse.dimension.plan import RowParts, TargetFrames, TargetPlan
 
 #: The Spark setting that turns the one-pass batch on (``"true"``, the default) or off.
 ONE_PASS_CONF = "spark.lakehouse.ingestOnePass"
@@ -85,15 +85,14 @@ def steady(summary: Sequence[Mapping[str, Any]]) -> bool:
 class Foresight:
     """The change groups of the last steady batch of the process, which the next batch is
     planned from (None: none yet, the last batch was not steady, or the next batches wait),
-    and what its decoder was built for (:attr:`decoder`): a batch decoded by another decoder
-    (one that learned schemas or row-image shapes since) has other image columns, and does not
-    try.
+    and the typed row-image columns its decode had (:attr:`images`): a batch whose decode has
+    others (its decoder learned Connect schemas or row-image shapes since) does not try.
 
     After a miss (:meth:`missed`) the next ``2**k - 1`` batches do not try, ``k`` the misses in
     a row: a stream whose shapes change every batch pays a wasted job in one batch of many.
 
     >>> sight = Foresight()
-    >>> sight.saw([{"_kind": "change", "n": 3}], steady=True, decoder="d1")
+    >>> sight.saw([{"_kind": "change", "n": 3}], steady=True, images=[])
     >>> sight.shapes()
     [{'_kind': 'change', 'n': 3}]
     >>> sight.missed(); [sight.shapes() is None for _ in range(2)]
@@ -105,8 +104,8 @@ class Foresight:
     """
 
     changes: list[dict[str, Any]] | None = None
-    #: what the decoder of the batch seen was built for (``WireSchemas.plan``'s key)
-    decoder: Any = None
+    #: the typed row-image columns of the batch seen (``jvm_decode.image_columns``)
+    images: list[tuple[str, Any]] | None = None
     misses: int = 0
     wait: int = 0
 
@@ -117,11 +116,17 @@ class Foresight:
             return None
         return self.changes
 
-    def saw(self, summary: Sequence[Mapping[str, Any]], *, steady: bool, decoder: Any) -> None:
-        """Remember a batch's summary: its change groups when it was steady, and what its
-        decoder was built for."""
+    def saw(
+        self,
+        summary: Sequence[Mapping[str, Any]],
+        *,
+        steady: bool,
+        images: list[tuple[str, Any]],
+    ) -> None:
+        """Remember a batch's summary: its change groups when it was steady, and the typed
+        row-image columns of its decode."""
         self.changes = [dict(r) for r in summary if r["_kind"] == "change"] if steady else None
-        self.decoder = decoder
+        self.images = images
 
     def hit(self) -> None:
         """The batch was written in one pass."""
@@ -144,13 +149,21 @@ class OnePass:
         summarised: the batch's summary, as :func:`~lakehouse.dimension.summary.summarise`
             gives it.
         staged: per target index, its staged rows and what they hold.
-        shapes: per target index, the shape of the plan its rows were made by.
+        plans: per target index, the foreseen plan its rows were made by: the batch's own
+            plan of the table too where that has the same shape (:func:`~lakehouse.
+            dimension.plan.plan_shape`), so it is not made again.
     """
 
     decoded: DataFrame
     summarised: Summary
     staged: dict[int, tuple[delta.StagedAppend, RowStats]]
-    shapes: dict[int, Any] = field(default_factory=dict)
+    plans: Mapping[int, tuple[TargetPlan, TargetFrames]] = field(default_factory=dict)
+
+    def shape(self, index: int) -> Any:
+        """The shape of target ``index``'s foreseen rows (None: none foreseen)."""
+        planned = self.plans.get(index)
+        parts = None if planned is None else planned[1].parts
+        return None if parts is None else parts.shape
 
     def take(
         self, parts: Sequence[RowParts | None], routed: Sequence[int]
@@ -169,7 +182,7 @@ class OnePass:
             if (
                 mine is not None
                 and mine.shape is not None
-                and mine.shape == self.shapes.get(i)
+                and mine.shape == self.shape(i)
                 and done[1].count == routed[i]
             ):
                 taken[i] = done
@@ -185,20 +198,21 @@ class OnePass:
 
 def write_one_pass(
     decoded: DataFrame,
-    items: Sequence[tuple[int, RowParts, str]],
+    plans: Mapping[int, tuple[TargetPlan, TargetFrames]],
     txn: tuple[str, int],
     *,
     workers: int,
     routed: int,
 ) -> OnePass | None:
-    """Stage the foreseen rows of each ``(index, parts, uri)`` (a target's foreseen plan, over
-    ``decoded``) in one job that also summarises the batch's records. None, with nothing left
-    staged, when no joint write ran, or the batch is not :func:`steady`. A table the joint
-    write did not take has no staged rows (:meth:`OnePass.take` leaves it to the caller).
-    ``routed``: the rows foreseen, for the write's choice of evaluation."""
+    """Stage the foreseen rows of each target (its index, and its foreseen plan over
+    ``decoded``, with rows) in one job that also summarises the batch's records. None, with
+    nothing left staged, when no joint write ran, or the batch is not :func:`steady`. A table
+    the joint write did not take has no staged rows (:meth:`OnePass.take` leaves it to the
+    caller). ``routed``: the rows foreseen, for the write's choice of evaluation."""
+    items = [(i, frames.parts, plan.target.table_uri) for i, (plan, frames) in plans.items()]
     together = stage_rows_together(
         decoded,
-        [(parts, uri) for _, parts, uri in items],
+        [(parts, uri) for _, parts, uri in items if parts is not None],
         txn,
         workers=workers,
         routed=routed,
@@ -206,7 +220,7 @@ def write_one_pass(
     )
     staged = {i: s for (i, _, _), s in zip(items, together.staged, strict=True) if s is not None}
     summarised = None if together.summaries is None else fold_tasks(together.summaries)
-    one = OnePass(decoded, summarised or ([], {}, []), staged, {i: p.shape for i, p, _ in items})
+    one = OnePass(decoded, summarised or ([], {}, []), staged, plans)
     if summarised is None or not steady(summarised[0]):
         one.discard()
         return None

@@ -521,7 +521,7 @@ def plan_target(
         return plan, TargetFrames(decoded, routed, held_back=held_back)
 
     require_columns(target, columns)
-    chosen, order, incompatible = columns.types, columns.order, columns.refused
+    order, incompatible = columns.order, columns.refused
 
     reason = F.lit(None).cast("string")
     kind = F.lit(None).cast("string")
@@ -545,7 +545,7 @@ def plan_target(
     # py4j, a call per function: about half of a table's plan); those of refused column sets
     # and of value checks hold this batch's records, and are made each time
     kept = None if incompatible or columns.value_checks else built
-    shape = (uri, tuple(images), order, tuple(chosen.items()), key_columns, value_column)
+    shape = _shape(uri, images, columns, value_column)
     made = kept.get(shape) if kept is not None else None
     if made is None:
         made = _expressions(target, images, columns, reason, kind, value_column)
@@ -594,6 +594,38 @@ def plan_target(
         shape=None if incompatible or columns.value_checks else shape,
     )
     return plan, TargetFrames(decoded, routed, parts)
+
+
+def plan_shape(
+    schema: StructType,
+    target: BuildTarget,
+    look: TargetLook,
+    summary: Sequence[Mapping[str, Any]],
+    *,
+    value_column: str = "_v",
+) -> Any:
+    """The :attr:`RowParts.shape` :func:`plan_target` gives the target's rows of a batch of
+    this ``summary`` over decoded records of this ``schema``, in pure code (no expression
+    made, no table scanned); None when it would give none: no change, a column set refused, a
+    value to check, or a widening whose table values are not checked yet. Two batches of one
+    shape are planned alike (:mod:`lakehouse.dimension.one_pass`)."""
+    if not summary:
+        return None
+    columns = plan_columns(target, look, column_sets(summary))
+    if columns.refused or columns.value_checks or columns.unchecked:
+        return None
+    return _shape(target.table_uri, row_images(schema, summary), columns, value_column)
+
+
+def _shape(
+    uri: str,
+    images: Sequence[tuple[str, StructType]],
+    columns: ColumnPlan,
+    value_column: str,
+) -> tuple[Any, ...]:
+    """What a table's expressions are made from (:attr:`RowParts.shape`)."""
+    order, types = columns.order, columns.types
+    return (uri, tuple(images), order, tuple(types.items()), columns.key_columns, value_column)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ from lakehouse.dimension.batch_signals import (
 )
 from lakehouse.dimension.commit import CommitPlan, RowStats, plan_commit, table_creation
 from lakehouse.dimension.decode import decode_rest, decode_start
-from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast
+from lakehouse.dimension.jvm_decode import WireSchemas, decode_fast, image_columns
 from lakehouse.dimension.layout import (
     META_SYNTHETIC_DELETES,
     PROP_CONNECT_SCHEMAS,
@@ -85,11 +85,11 @@ from lakehouse.dimension.marker import (
 )
 from lakehouse.dimension.one_pass import ONE_PASS_CONF, Foresight, OnePass, steady, write_one_pass
 from lakehouse.dimension.plan import (
-    RowParts,
     TargetFrames,
     TargetPlan,
     empty_like,
     lineage_schema,
+    plan_shape,
     plan_target,
     schema_change_events,
 )
@@ -331,9 +331,9 @@ class BuildSink:
         if isinstance(foreseen, str):
             log.debug("batch %d: in two jobs, not one pass: %s", batch_id, foreseen)
             return None
-        decoded, items, rows = foreseen
+        decoded, plans, rows = foreseen
         txn = (self.pipeline_id, batch_id)
-        one = write_one_pass(decoded, items, txn, workers=self.table_parallelism, routed=rows)
+        one = write_one_pass(decoded, plans, txn, workers=self.table_parallelism, routed=rows)
         if one is None:
             self._foresight.missed()
             log.debug("batch %d: not steady; two jobs after its one", batch_id)
@@ -345,9 +345,9 @@ class BuildSink:
         looks: Mapping[str, TargetLook],
         batch_id: int,
         start: Mapping[str, str],
-    ) -> tuple[DataFrame, list[tuple[int, RowParts, str]], int] | str:
-        """The batch's decode, each foreseen target's rows (its index, expressions and table)
-        and the rows foreseen; or why the batch does not try one pass."""
+    ) -> tuple[DataFrame, dict[int, tuple[TargetPlan, TargetFrames]], int] | str:
+        """The batch's decode, each foreseen target's plan (by its index; each with rows) and
+        the rows foreseen; or why the batch does not try one pass."""
         shapes = self._foresight.shapes()
         if not shapes:
             return "no steady batch before it to foresee its shapes"
@@ -357,19 +357,23 @@ class BuildSink:
         ):
             return "a table to create, replayed or blocked"
         decoded = decode_fast(data, self._wire, max_bytes=self.max_record_bytes, start=start)
-        if self._wire.plan is None or self._wire.plan[0] != self._foresight.decoder:
-            return "the decoder learned schemas or shapes since (other image columns)"
-        items, rows = [], 0
-        for index, target in enumerate(self.targets):
-            mine = [r for r in shapes if routes(target, r)]
-            if not mine:
-                continue
-            _, frames = self._plan(decoded, index, looks[target.table_uri], shapes, [], batch_id)
+        if image_columns(decoded.schema) != self._foresight.images:
+            return "the decoder learned schemas or shapes since: other row-image columns"
+        foreseen = [i for i, t in enumerate(self.targets) if any(routes(t, r) for r in shapes)]
+        planned = map_tables(
+            data.sparkSession,
+            lambda i: self._plan(
+                decoded, i, looks[self.targets[i].table_uri], shapes, [], batch_id
+            ),
+            foreseen,
+            workers=self.table_parallelism,
+        )
+        for i, (_, frames) in zip(foreseen, planned, strict=True):
             if frames.parts is None or frames.parts.shape is None:
-                return f"build table {target.table_uri} refuses a column set"
-            items.append((index, frames.parts, target.table_uri))
-            rows += sum(r["n"] for r in mine)
-        return (decoded, items, rows) if items else "no rows foreseen"
+                return f"build table {self.targets[i].table_uri} refuses a column set"
+        rows = sum(r["n"] for r in shapes if any(routes(self.targets[i], r) for i in foreseen))
+        plans = dict(zip(foreseen, planned, strict=True))
+        return (decoded, plans, rows) if plans else "no rows foreseen"
 
     def _connect_schemas_at_start(
         self, looks: Mapping[str, TargetLook], batch_id: int
@@ -456,12 +460,25 @@ class BuildSink:
             target = self.targets[index]
             uri = target.table_uri
             look = looks[uri]
-            plan, frames = self._plan(decoded, index, look, changes, ddl_events, batch_id)
+            mine = [r for r in changes if routes(target, r)]
+            foreseen = None if one_pass is None else one_pass.plans.get(index)
+            parts = None if foreseen is None else foreseen[1].parts
+            shape = None if parts is None else parts.shape
+            if (
+                foreseen is not None
+                and parts is not None
+                and shape is not None
+                and plan_shape(decoded.schema, target, look, mine, value_column=parts.value_column)
+                == shape
+            ):
+                plan, frames = foreseen  # planned alike: as foreseen (module .one_pass)
+            else:
+                plan, frames = self._plan(decoded, index, look, changes, ddl_events, batch_id)
             # the newest Connect schema of each source table the batch's records brought:
             # its files first (content-addressed: a replay writes none), the property naming
             # them is part of the commit plan
             newest = connect_schemas.newest_in_batch(
-                [r for r in changes if routes(target, r) and plan.accepts_schemas_of(r)],
+                [r for r in mine if plan.accepts_schemas_of(r)],
                 start_schemas,
                 marks,
             )
@@ -566,7 +583,7 @@ class BuildSink:
             steady=foresees
             and steady(summary)
             and all(p.frames.parts is None or p.frames.parts.shape is not None for p in prepared),
-            decoder=None if self._wire.plan is None else self._wire.plan[0],
+            images=image_columns(decoded.schema),
         )
         return BatchReport(
             batch_id=batch_id,
