@@ -210,10 +210,19 @@ def _sample(text: str, name: str) -> float:
     return float(found.group(1)) if found else -1.0
 
 
+def _spark_commits(commits: Path) -> int:
+    """How many batches a streaming checkpoint's commit log holds."""
+    return sum(p.name.isdigit() for p in commits.iterdir()) if commits.is_dir() else 0
+
+
 def _stopped_mid_run(cfg: str, tmp: Path, sig: signal.Signals) -> str:
     """Start an available-now join that reads one file per batch, send ``sig`` once a
-    batch is done, and return what it printed (it must have exited 128 + ``sig``)."""
+    batch is done (its line printed and Spark's commit of it in the checkpoint: the line
+    comes from inside the batch, which a stop in between abandons whole), and return what
+    it printed (it must have exited 128 + ``sig``)."""
     log = tmp / f"join-{sig.name}.log"
+    commits = tmp / "ck" / "join" / "commits"
+    before = _spark_commits(commits)
     with open(log, "w") as out:
         running = subprocess.Popen(
             [str(Path(sys.executable).parent / "lakehouse"), "join", "-c", cfg],
@@ -223,7 +232,7 @@ def _stopped_mid_run(cfg: str, tmp: Path, sig: signal.Signals) -> str:
         )
     try:
         deadline = time.monotonic() + 300
-        while "join batch " not in log.read_text():
+        while "join batch " not in log.read_text() or _spark_commits(commits) == before:
             assert running.poll() is None, log.read_text()[-4000:]
             assert time.monotonic() < deadline, "no batch in 300 s"
             time.sleep(0.2)
