@@ -43,12 +43,12 @@ def batch_timestamp_ms(epoch_ms: int) -> Column:
     return F.timestamp_millis(batch_long(epoch_ms))
 
 
-def batch_now() -> Column:
-    """The wall clock at the call, to the microsecond, as a timestamp column that
-    :func:`batch_long` holds: what a batch stamps its rows with (``current_timestamp()``
-    would be a new literal each batch)."""
+def batch_now(epoch_us: int | None = None) -> Column:
+    """The wall clock at the call (or ``epoch_us``, microseconds), to the microsecond, as a
+    timestamp column that :func:`batch_long` holds: what a batch stamps its rows with
+    (``current_timestamp()`` would be a new literal each batch)."""
     import time
 
     from pyspark.sql import functions as F
 
-    return F.timestamp_micros(batch_long(time.time_ns() // 1000))
+    return F.timestamp_micros(batch_long(time.time_ns() // 1000 if epoch_us is None else epoch_us))

@@ -459,6 +459,47 @@ class TargetFrames:
         )
 
 
+class PlanClock:
+    """The wall clock of one batch's plans, shared by its tables: the rows' ``INGESTED_AT``
+    and the limit of each ``max_future_ms``, as :func:`~lakehouse.columns.batch_long` holds
+    them. Made once per batch, not once per table (a column is a few py4j calls, and a
+    connector's batch plans every table it captures); safe to use from the threads that plan
+    a batch's tables at once.
+
+    >>> PlanClock(1_700_000_000_000_000).now_ms
+    1700000000000
+    """
+
+    def __init__(self, now_us: int | None = None) -> None:
+        import threading
+
+        self.now_us = time.time_ns() // 1000 if now_us is None else now_us
+        self._ingested_at: Column | None = None
+        self._limits: dict[int, Column] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def now_ms(self) -> int:
+        """The batch's wall clock, in milliseconds."""
+        return self.now_us // 1000
+
+    def ingested_at(self) -> Column:
+        """The rows' ``INGESTED_AT`` column (the batch's wall clock, to the microsecond)."""
+        with self._lock:
+            if self._ingested_at is None:
+                self._ingested_at = batch_now(self.now_us).alias(INGESTED_AT)
+            return self._ingested_at
+
+    def limit(self, max_future_ms: int) -> Column:
+        """The latest event time (epoch milliseconds) a row may have: ``max_future_ms`` past
+        the batch's wall clock."""
+        with self._lock:
+            made = self._limits.get(max_future_ms)
+            if made is None:
+                made = self._limits[max_future_ms] = batch_long(self.now_ms + max_future_ms)
+            return made
+
+
 def plan_target(
     decoded: DataFrame,
     target: BuildTarget,
@@ -470,6 +511,7 @@ def plan_target(
     schema_changes: Sequence[Mapping[str, Any]] = (),
     built: dict[Any, Any] | None = None,
     value_column: str = "_v",
+    clock: PlanClock | None = None,
 ) -> tuple[TargetPlan, TargetFrames]:
     """Plan one target for this batch: its columns (:func:`decide_columns`), then its rows
     and rejected records as lazy DataFrames. ``summary``: the target's change groups.
@@ -485,9 +527,11 @@ def plan_target(
         value_column: the name of the column of the table's row value (typed row image) in
             its expressions: distinct per table where several tables' rows are made together
             (:class:`RowParts`), and not a column of ``decoded``.
+        clock: the batch's wall clock, shared by its tables; None: the wall clock now.
     """
     from pyspark.sql import functions as F
 
+    clock = clock or PlanClock()
     uri = target.table_uri
     changes = tuple(schema_changes)
     columns = decide_columns(decoded.sparkSession, target, look, column_sets(summary))
@@ -523,20 +567,21 @@ def plan_target(
     require_columns(target, columns)
     order, incompatible = columns.order, columns.refused
 
-    reason = F.lit(None).cast("string")
-    kind = F.lit(None).cast("string")
+    reason: Column | None = None
+    kind: Column | None = None
     evidence: BlockEvidence | None = None
     held_count = 0
     if incompatible:
         mapping = F.create_map(
             *[x for k, v in incompatible.items() for x in (F.lit(k), F.lit(v[3]))]
         )
-        reason = mapping[F.col("_row_columns")]
-        kind = F.when(reason.isNotNull(), F.lit("schema_mismatch"))
+        refused = mapping[F.col("_row_columns")]
+        reason = refused
+        kind = F.when(refused.isNotNull(), F.lit("schema_mismatch"))
         if not replay:
             mine = decoded.filter(routed)
             evidence, held, held_count = _block_evidence(mine, incompatible, uri)
-            reason = F.when(reason.isNotNull(), reason).when(held.isNotNull(), held)
+            reason = F.when(refused.isNotNull(), refused).when(held.isNotNull(), held)
             kind = F.when(kind.isNotNull(), kind).when(held.isNotNull(), F.lit("schema_blocked"))
     # only the image columns this table's records are in: a batch over many tables would
     # otherwise build (and evaluate) every table's images into every table's rows
@@ -548,29 +593,25 @@ def plan_target(
     shape = _shape(uri, images, columns, value_column)
     made = kept.get(shape) if kept is not None else None
     if made is None:
-        made = _expressions(target, images, columns, reason, kind, value_column)
+        made = _expressions(
+            target,
+            images,
+            columns,
+            F.lit(None).cast("string") if reason is None else reason,
+            F.lit(None).cast("string") if kind is None else kind,
+            value_column,
+        )
         if kept is not None:
             kept[shape] = made
-    reason, kind, event_time = made.reason, made.kind, made.event_time
-    if target.max_future_ms is not None:
+    reason, kind = made.reason, made.kind
+    if made.future is not None and target.max_future_ms is not None:
         # against the wall clock at planning: a version from the far future would hold the
         # build watermark there for good
-        limit = int(time.time() * 1000) + target.max_future_ms
-        future = F.unix_millis(event_time) > batch_long(limit)
-        reason = F.when(reason.isNotNull(), reason).when(
-            future,
-            F.concat(
-                F.lit("event time "),
-                event_time.cast("string"),
-                F.lit(
-                    f" is more than max_future_ms = {target.max_future_ms} past the wall "
-                    "clock (a wrong clock, or epoch seconds/microseconds read as milliseconds)"
-                ),
-            ),
-        )
-        kind = F.when(kind.isNotNull(), kind).when(future, F.lit("future_event_time"))
+        future = made.future.event_ms > clock.limit(target.max_future_ms)
+        reason = made.future.reason_so_far.when(future, made.future.reason)
+        kind = made.future.kind_so_far.when(future, made.future.kind)
     columns_of_row = _in_table_order(
-        (*made.before_ingested, batch_now().alias(INGESTED_AT), *made.after_ingested),
+        (*made.before_ingested, clock.ingested_at(), *made.after_ingested),
         (*order, *LINEAGE_COLUMNS),
         look.columns,
     )
@@ -629,15 +670,30 @@ def _shape(
 
 
 @dataclass(frozen=True, slots=True)
+class _FutureCheck:
+    """The parts of a table's wall-clock check that do not hold the wall clock: the event
+    time in epoch milliseconds, the dead-letter reason and kind so far as the first branch of
+    a ``CASE WHEN`` the check adds its branch to, and the check's own reason and kind."""
+
+    event_ms: Column
+    reason_so_far: Column
+    kind_so_far: Column
+    reason: Column
+    kind: Column
+
+
+@dataclass(frozen=True, slots=True)
 class _Expressions:
     """A table's expressions over its decoded records (:func:`_expressions`): the row value
-    ``_v``, the event time, the dead-letter reason and kind up to the wall-clock check, and the
-    row's columns before and after ``INGESTED_AT`` (the batch's, added by the caller)."""
+    ``_v``, the event time, the dead-letter reason and kind up to the wall-clock check, the
+    check's parts (None: the table has none), and the row's columns before and after
+    ``INGESTED_AT`` (the batch's, added by the caller)."""
 
     value: Column
     event_time: Column
     reason: Column
     kind: Column
+    future: _FutureCheck | None
     before_ingested: tuple[Column, ...]
     after_ingested: tuple[Column, ...]
 
@@ -698,11 +754,28 @@ def _expressions(
         F.col("_seq"),
         F.format_string("k%010d.%020d", F.col("partition"), F.col("offset")),
     )
+    future = None
+    if target.max_future_ms is not None:
+        future = _FutureCheck(
+            event_ms=F.unix_millis(event_time),
+            reason_so_far=F.when(reason.isNotNull(), reason),
+            kind_so_far=F.when(kind.isNotNull(), kind),
+            reason=F.concat(
+                F.lit("event time "),
+                event_time.cast("string"),
+                F.lit(
+                    f" is more than max_future_ms = {target.max_future_ms} past the wall "
+                    "clock (a wrong clock, or epoch seconds/microseconds read as milliseconds)"
+                ),
+            ),
+            kind=F.lit("future_event_time"),
+        )
     return _Expressions(
         value=value,
         event_time=event_time,
         reason=reason,
         kind=kind,
+        future=future,
         before_ingested=(
             *[F.col(value_column)[n].alias(n) for n in order],
             F.col("_op").alias(OP),

@@ -85,6 +85,7 @@ from lakehouse.dimension.marker import (
 )
 from lakehouse.dimension.one_pass import ONE_PASS_CONF, Foresight, OnePass, steady, write_one_pass
 from lakehouse.dimension.plan import (
+    PlanClock,
     TargetFrames,
     TargetPlan,
     empty_like,
@@ -360,10 +361,11 @@ class BuildSink:
         if image_columns(decoded.schema) != self._foresight.images:
             return "the decoder learned schemas or shapes since: other row-image columns"
         foreseen = [i for i, t in enumerate(self.targets) if any(routes(t, r) for r in shapes)]
+        clock = PlanClock()
         planned = map_tables(
             data.sparkSession,
             lambda i: self._plan(
-                decoded, i, looks[self.targets[i].table_uri], shapes, [], batch_id
+                decoded, i, looks[self.targets[i].table_uri], shapes, [], batch_id, clock
             ),
             foreseen,
             workers=self.table_parallelism,
@@ -455,6 +457,7 @@ class BuildSink:
         marks = self._wire.marks()
 
         txn = (self.pipeline_id, batch_id)
+        clock = PlanClock()
 
         def plan_one(index: int) -> _Planned:
             target = self.targets[index]
@@ -473,7 +476,9 @@ class BuildSink:
             ):
                 plan, frames = foreseen  # planned alike: as foreseen (module .one_pass)
             else:
-                plan, frames = self._plan(decoded, index, look, changes, ddl_events, batch_id)
+                plan, frames = self._plan(
+                    decoded, index, look, changes, ddl_events, batch_id, clock
+                )
             # the newest Connect schema of each source table the batch's records brought:
             # its files first (content-addressed: a replay writes none), the property naming
             # them is part of the commit plan
@@ -610,9 +615,10 @@ class BuildSink:
         changes: list[dict[str, Any]],
         ddl_events: list[dict[str, Any]],
         batch_id: int,
+        clock: PlanClock,
     ) -> tuple[TargetPlan, TargetFrames]:
         """The batch's rows for target ``index`` (:func:`plan_target`), under its open schema
-        block."""
+        block; ``clock``: the batch's, shared by its tables."""
         target = self.targets[index]
         block = open_block(look.properties) if look.exists else None
         if block is not None and block.batch_id >= batch_id:
@@ -631,6 +637,7 @@ class BuildSink:
             built=self._expressions,
             # distinct per table: the batch's tables' rows are made by one projection
             value_column=f"_v{index}",
+            clock=clock,
         )
 
     def _commit_target(
