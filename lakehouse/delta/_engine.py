@@ -427,6 +427,9 @@ class TableRows:
     app_id: str
     version: int
     event_time: int
+    #: what the table's writer is made from (:func:`_writer`): its location, Delta's id of
+    #: it, the rows' type and its ``delta.*`` properties; None: made for this write alone
+    writer_key: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,28 +473,52 @@ def _write_operation(
 
 
 @dataclass(frozen=True, slots=True)
-class _Output:
-    """A table's writer for :func:`stage_tables`: its transaction, commit protocol, statistics
-    tracker (None: Delta collects none) and the JVM ``TableOutput`` the tasks get."""
+class _Writer:
+    """What a table's writes are given while its metadata stays as it is (:func:`_writer`):
+    the rows' type as Delta writes it, the data path, Delta's statistics tracker (None: it
+    collects none), the Parquet writer factory and the Hadoop configuration the file format
+    prepared it with."""
 
-    txn: Any
-    committer: Any
+    schema: Any
+    data_path: Any
     stats: Any | None
-    output: Any
+    factory: Any
+    conf: Any
 
 
-def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any) -> _Output:
-    """What Delta's ``TransactionalWrite.writeFiles`` gives Spark's file writer for an append
-    of rows of ``table.schema`` to the table, on a transaction started from its snapshot."""
-    delta = "org.apache.spark.sql.delta"
-    datasources = "org.apache.spark.sql.execution.datasources"
-    session = spark._jsparkSession
+#: The writers made, per gateway and :attr:`TableRows.writer_key`. Delta plans a table's file
+#: statistics (an expression analysed against the rows' attributes) and Spark's Parquet
+#: format prepares its writer on every write; for a batch of a connector's many tables that
+#: was most of what preparing their joint write cost, the same each batch.
+_WRITERS: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], _Writer]] = (
+    weakref.WeakKeyDictionary()
+)
+#: The writers kept per gateway, the oldest dropped first (a table whose metadata changed
+#: leaves one behind).
+_WRITERS_KEPT = 1024
+
+
+def _writer(spark: SparkSession, jdf: Any, table: TableRows, txn: Any) -> _Writer:
+    """The table's :class:`_Writer` for a write of ``table``'s rows on ``txn``, made as
+    Delta's ``TransactionalWrite.writeFiles`` makes its parts, and kept for the next write of
+    the same :attr:`TableRows.writer_key`.
+
+    Each part is a function of the table's metadata (its schema and ``delta.*`` settings),
+    the rows' type and the session's settings as they were when it was made: Delta's
+    statistics tracker holds no state of a write but the statistics of its last job (which
+    each job's ``processStats`` replaces), and the factory and configuration none. A table's
+    writes are one at a time (one writer per table: the writer lease), so a kept tracker is
+    never in two jobs at once."""
     gateway: Any = spark.sparkContext._gateway
-    none = _none(spark)
-    some = _class(spark, "scala.Option").apply
-    basic = _class(spark, f"{datasources}.BasicWriteJobStatsTracker")
+    key = table.writer_key
+    if key is not None:
+        with _lock:
+            kept = _WRITERS.get(gateway, {}).get(key)
+        if kept is not None:
+            return kept
+    delta = "org.apache.spark.sql.delta"
+    session = spark._jsparkSession
     log = table.log
-    txn = log.startTransaction(none, some(table.jsnapshot))
     metadata = txn.metadata()
     # as Delta makes a write's output (makeOutputNullable)
     schema = _class(spark, f"{delta}.schema.SchemaUtils").typeAsNullable(table.schema)
@@ -510,26 +537,60 @@ def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any
     )
     options = _parquet_options(spark, metadata)
     factory = log.fileFormat(txn.protocol(), metadata).prepareWrite(session, job, options, schema)
+    made = _Writer(
+        schema, data_path, None if stats.isEmpty() else stats.get(), factory, job.getConfiguration()
+    )
+    if key is not None:
+        with _lock:
+            kept_here = _WRITERS.setdefault(gateway, {})
+            kept_here[key] = made
+            while len(kept_here) > _WRITERS_KEPT:
+                del kept_here[next(iter(kept_here))]
+    return made
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """A table's writer for :func:`stage_tables`: its transaction, commit protocol, statistics
+    tracker (None: Delta collects none) and the JVM ``TableOutput`` the tasks get."""
+
+    txn: Any
+    committer: Any
+    stats: Any | None
+    output: Any
+
+
+def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any) -> _Output:
+    """What Delta's ``TransactionalWrite.writeFiles`` gives Spark's file writer for an append
+    of rows of ``table.schema`` to the table, on a transaction started from its snapshot."""
+    datasources = "org.apache.spark.sql.execution.datasources"
+    session = spark._jsparkSession
+    gateway: Any = spark.sparkContext._gateway
+    none = _none(spark)
+    some = _class(spark, "scala.Option").apply
+    basic = _class(spark, f"{datasources}.BasicWriteJobStatsTracker")
+    txn = table.log.startTransaction(none, some(table.jsnapshot))
+    writer = _writer(spark, jdf, table, txn)
     # the commit's operation metrics (files, rows, bytes), as Delta's writer registers them
     history = basic(shared, basic.metrics())
     txn.registerSQLMetrics(session, history.driverSideMetrics())
-    trackers = [history] if stats.isEmpty() else [stats.get(), history]
+    trackers = [history] if writer.stats is None else [writer.stats, history]
     jtrackers = gateway.new_array(
         _class(spark, f"{datasources}.WriteJobStatsTracker"), len(trackers)
     )
     for k, tracker in enumerate(trackers):
         jtrackers[k] = tracker
-    committer = txn.getCommitter(data_path)
+    committer = txn.getCommitter(writer.data_path)
     output = _class(spark, "dev.lakehouse.write.TableOutput")(
         committer,
-        factory,
-        job.getConfiguration(),
+        writer.factory,
+        writer.conf,
         shared,
-        schema,
+        writer.schema,
         jtrackers,
         table.event_time,
     )
-    return _Output(txn, committer, None if stats.isEmpty() else stats.get(), output)
+    return _Output(txn, committer, writer.stats, output)
 
 
 def _prepare_outputs(

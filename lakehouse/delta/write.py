@@ -15,6 +15,7 @@ twice (tests/integration/test_writer_race.py). Appends compact a table's small f
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -565,6 +566,14 @@ def stage_appends(
                 app_id=txn[0],
                 version=txn[1],
                 event_time=names.index(event_time) if event_time in names else -1,
+                writer_key=(
+                    uri,
+                    snap.table_id,
+                    rows_type.json(),
+                    json.dumps(
+                        sorted((k, v) for k, v in snap.properties.items() if k.startswith("delta."))
+                    ),
+                ),
             )
             if take
             else None
