@@ -212,3 +212,44 @@ def test_the_joint_write_sends_its_tasks_one_hadoop_configuration_for_all_its_ta
     one, three = outputs_bytes(1), outputs_bytes(len(uris))
     # each table's own copy would make three tables' outputs about three times one table's
     assert three < 1.3 * one, (one, three)
+
+
+def test_a_tables_kept_writer_is_made_again_when_its_settings_or_columns_change(spark, tmp_path):
+    # a table's writer parts (Delta's statistics tracker, the Parquet factory) are kept between
+    # joint writes; what Delta records of each file must still follow the table as it is now:
+    # its statistics columns (a delta.* setting) and its columns
+    from lakehouse.delta import _engine
+
+    uri = str(tmp_path / "rates")
+    spark.createDataFrame([("C00", 1.0)], "currency string, rate double").write.format(
+        "delta"
+    ).save(uri)
+
+    def write(batch: int, row: str) -> dict[str, Any]:
+        df = spark.sql(f"select {row} as t0")
+        joint = delta.stage_appends(
+            df, [uri], txn=("kept-writer", batch), max_files=1, event_time="none"
+        )
+        staged = joint.appends[0]
+        assert staged is not None, "the joint write took the table"
+        version = staged.commit().version
+        log = Path(uri) / "_delta_log" / f"{version:020d}.json"
+        (add,) = [json.loads(x)["add"] for x in log.read_text().splitlines() if '"add"' in x]
+        return json.loads(add["stats"])
+
+    two = "struct(cast('C01' as string) as currency, cast(2.0 as double) as rate)"
+    assert write(1, two)["minValues"].keys() == {"currency", "rate"}
+    kept = dict(_engine._WRITERS[spark.sparkContext._gateway])
+    assert write(2, two)["minValues"].keys() == {"currency", "rate"}
+    assert dict(_engine._WRITERS[spark.sparkContext._gateway]) == kept, "kept, not made again"
+
+    spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES (delta.dataSkippingNumIndexedCols = 1)")
+    assert write(3, two)["minValues"].keys() == {"currency"}
+
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (fee double)")
+    spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES (delta.dataSkippingNumIndexedCols = 3)")
+    three = (
+        "struct(cast('C02' as string) as currency, cast(3.0 as double) as rate, "
+        "cast(0.5 as double) as fee)"
+    )
+    assert write(4, three)["minValues"] == {"currency": "C02", "rate": 3.0, "fee": 0.5}
