@@ -494,8 +494,9 @@ _WRITERS: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], _Writer]] = (
     weakref.WeakKeyDictionary()
 )
 #: The writers kept per gateway, the oldest dropped first (a table whose metadata changed
-#: leaves one behind).
-_WRITERS_KEPT = 1024
+#: leaves one behind). Each holds two copies of its table's Hadoop configuration (about a
+#: thousand keys) in the driver's heap: a few hundred kilobytes.
+_WRITERS_KEPT = 256
 
 
 def _writer(spark: SparkSession, jdf: Any, table: TableRows, txn: Any) -> _Writer:
