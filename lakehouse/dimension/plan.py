@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -471,8 +472,6 @@ class PlanClock:
     """
 
     def __init__(self, now_us: int | None = None) -> None:
-        import threading
-
         self.now_us = time.time_ns() // 1000 if now_us is None else now_us
         self._ingested_at: Column | None = None
         self._limits: dict[int, Column] = {}

@@ -464,17 +464,14 @@ class BuildSink:
             uri = target.table_uri
             look = looks[uri]
             mine = [r for r in changes if routes(target, r)]
-            foreseen = None if one_pass is None else one_pass.plans.get(index)
-            parts = None if foreseen is None else foreseen[1].parts
-            shape = None if parts is None else parts.shape
+            shape = None if one_pass is None else one_pass.shape(index)
+            column = _value_column(index)
             if (
-                foreseen is not None
-                and parts is not None
+                one_pass is not None
                 and shape is not None
-                and plan_shape(decoded.schema, target, look, mine, value_column=parts.value_column)
-                == shape
+                and plan_shape(decoded.schema, target, look, mine, value_column=column) == shape
             ):
-                plan, frames = foreseen  # planned alike: as foreseen (module .one_pass)
+                plan, frames = one_pass.plans[index]  # planned alike: as foreseen (.one_pass)
             else:
                 plan, frames = self._plan(
                     decoded, index, look, changes, ddl_events, batch_id, clock
@@ -635,8 +632,7 @@ class BuildSink:
                 if target.source_table is None or target.source_table in d["tables"]
             ],
             built=self._expressions,
-            # distinct per table: the batch's tables' rows are made by one projection
-            value_column=f"_v{index}",
+            value_column=_value_column(index),
             clock=clock,
         )
 
@@ -848,6 +844,12 @@ class BuildSink:
             "filtered re-snapshot) and run the ingest again",
             table_uri=uri,
         )
+
+
+def _value_column(index: int) -> str:
+    """The column of target ``index``'s row value in its expressions: distinct per table, as
+    the batch's tables' rows are made by one projection."""
+    return f"_v{index}"
 
 
 def _cut_lineage(decoded: DataFrame, cached: contextlib.ExitStack) -> DataFrame:
