@@ -63,7 +63,7 @@ S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 DECODE_JAR = Path(__file__).parent / "_jars" / "lakehouse-decode.jar"
 DECODE_CLASS = "dev.lakehouse.decode.DebeziumDecoder"
 #: The version of the decoder's specification this lakehouse writes (the JVM's ``PROTOCOL``).
-DECODE_PROTOCOL = 1
+DECODE_PROTOCOL = 2
 
 #: Delta's session extension and catalog: path-based SQL (``delta.`/path```), ALTER TABLE.
 DELTA_SESSION_CONF: Mapping[str, str] = {
@@ -298,8 +298,9 @@ _decoder_lock = threading.Lock()
 
 def decoder_class(spark: SparkSession) -> Any:
     """A maker of lakehouse's JVM decoder (:data:`DECODE_CLASS`) in ``spark``'s JVM: called
-    with the decoder's specification and its output type (JSON texts), it returns the Spark
-    function (a JVM ``UserDefinedFunction``); None when the class cannot be loaded.
+    with the decoder's specification and its output type (JSON texts), it returns the decode
+    of the columns ``key`` and ``value`` (a JVM ``Column`` of a Catalyst expression, the
+    specification checked); None when the class cannot be loaded.
 
     A session lakehouse started has the jar on its classpath (:func:`engine_conf`). Another
     one (Databricks, a notebook, the Python API's caller) gets it added once, as ``ADD JAR``
@@ -352,7 +353,7 @@ def _load_decoder(spark: SparkSession) -> Any:
         )
     types = gateway.new_array(jvm.java.lang.Class, 2)
     types[0] = types[1] = jvm.java.lang.Class.forName("java.lang.String")
-    return found.getMethod("function", types)
+    return found.getMethod("column", types)
 
 
 def s3a_jar_folder() -> Path:

@@ -1,11 +1,11 @@
 """What the JVM decode needs to know of one Connect schema, decided in pure Python.
 
-The ingest decodes the common record in lakehouse's JVM decoder (a Java UDF,
-:mod:`lakehouse.dimension.jvm_decode`); this module decides, once per
-distinct schema on the driver, whether and how. :func:`compile_value` turns a change event's
-Connect envelope schema into a :class:`WireEnvelope`: the Spark type of its payload *as
-written on the wire* (a ``MicroTimestamp`` is a ``long``, a ``Decimal`` base64 text) and, per
-row-image column, the conversion from the wire value to the column's type. :func:`compile_key`
+The ingest decodes the common record in lakehouse's JVM decoder (a Catalyst expression,
+:mod:`lakehouse.dimension.jvm_decode`); this module decides, once per distinct schema on the
+driver, whether and how. :func:`compile_value` turns a change event's Connect envelope schema
+into a :class:`WireEnvelope`: the Spark type of its payload *as written on the wire* (a
+``MicroTimestamp`` is a ``long``, a ``Decimal`` base64 text) and, per row-image column, the
+conversion from the wire value to the column's type. :func:`compile_key`
 does the same for a key schema.
 
 The rules are the Python decoder's (:mod:`lakehouse.cdc.schema`, :mod:`lakehouse.cdc.models`),

@@ -3,12 +3,13 @@
 :func:`decode_fast` gives every raw record the columns of
 :data:`lakehouse.dimension.decode.DECODED_DDL`, and after them a typed row-image column per
 known schema (:func:`image_columns`), where a record it decodes has its row image. The decode
-itself is lakehouse's own JVM code, a Java UDF of each record's raw bytes
-(``dev.lakehouse.decode.DebeziumDecoder``, ``jvm/decode/``, put on Spark's classpath by
-:func:`lakehouse.spark.decoder_class`). This module tells it what it knows: the Connect schemas
-seen (:class:`WireSchemas`), each compiled in pure Python by :mod:`lakehouse.cdc.wire` (which
-records are eligible and how each column converts: the Python decoder's rules, one definition),
-sent to the JVM once per set of known schemas as a JSON specification (:func:`specification`).
+itself is lakehouse's own JVM code, a Catalyst expression of each record's raw bytes that
+returns Spark's own row (``dev.lakehouse.decode.DebeziumDecoder``, ``jvm/decode/``, put on
+Spark's classpath by :func:`lakehouse.spark.decoder_class`). This module tells it what it
+knows: the Connect schemas seen (:class:`WireSchemas`), each compiled in pure Python by
+:mod:`lakehouse.cdc.wire` (which records are eligible and how each column converts: the Python
+decoder's rules, one definition), sent to the JVM once per set of known schemas as a JSON
+specification (:func:`specification`).
 
 A record whose value (and key) starts with a known Connect schema (``{"schema":S,"payload":``
 exactly as ``JsonConverter`` writes it) has its payload read from the byte after that prefix
@@ -517,9 +518,7 @@ def _decoder(
     images: list[Column] = []
     if make is not None:
         spec, output = specification(values, keys, max_bytes=max_bytes, start=start, shapes=shapes)
-        udf = make(spec, json.dumps(output))
-        call = udf.apply(_to_seq(sc, [_to_java_column(F.col(c)) for c in ("key", "value")]))
-        first.insert(0, _Column(call).alias(_DECODED))
+        first.insert(0, _Column(make(spec, json.dumps(output))).alias(_DECODED))
         d = F.col(_DECODED)
         decoded = {n: d[n] for n, _ in DECODER_FIELDS}
         names = [f.name for f in StructType.fromJson(output).fields]

@@ -8,16 +8,20 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF2;
-import org.apache.spark.sql.expressions.UserDefinedFunction;
-import org.apache.spark.sql.functions;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.classic.ExpressionColumnNode$;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * The JVM half of lakehouse's Debezium decode: a Java UDF of a record's raw {@code (key,
- * value)} bytes, evaluated in Spark's executors, no Python per record.
+ * The JVM half of lakehouse's Debezium decode: a record's raw {@code (key, value)} bytes decoded
+ * into Spark's own row, in Spark's executors, no Python per record. Spark calls it through
+ * {@link DecodeExpression}, a Catalyst expression ({@link #column}).
  *
  * <p>It decodes a change event whose value (and key) starts with the prefix of a known Connect
  * schema, {@code {"schema":S,"payload":}, exactly as {@code JsonConverter} writes it, and whose
@@ -29,13 +33,12 @@ import org.apache.spark.sql.types.DataType;
  * <p>The specification (JSON, made by {@code lakehouse.dimension.jvm_decode}) lists the known
  * schemas, compiled in Python: the rules of what is decodable and how live there, once. The
  * output row has the fields {@link #FIELDS}, then the typed row-image slots of the value schemas,
- * then those of the key schemas; Python gives its Spark type.
+ * then those of the key schemas; Python gives its Spark type, and each value is put in the row as
+ * Spark holds a value of its field's type ({@link Internal}).
  */
-public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
-  private static final long serialVersionUID = 1L;
-
+public final class DebeziumDecoder {
   /** The version of the specification this class reads (checked by lakehouse's Python side). */
-  public static final int PROTOCOL = 1;
+  public static final int PROTOCOL = 2;
 
   /** The decoded fields, in the output row's order, before the image slots. */
   public static final String[] FIELDS = {
@@ -54,27 +57,50 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
   };
 
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static final UTF8String TOMBSTONE = UTF8String.fromString("tombstone");
+  private static final UTF8String CHANGE = UTF8String.fromString("change");
+  private static final UTF8String NO_KEY_COLUMNS = UTF8String.fromString("[]");
 
-  private final String specText;
-  private transient Compiled compiled;
+  private final Compiled c;
+  /** Per output slot, how its image's values are held ({@link Internal}); null for a field. */
+  private final Internal[][] slots;
+  /** Per output slot, its image's fields (null for a field of {@link #FIELDS}). */
+  private final StructField[][] slotFields;
 
-  /** A decoder of the specification {@code spec} (JSON text). */
-  public DebeziumDecoder(String spec) {
-    this.specText = spec;
-    this.compiled = new Compiled(spec); // checked on the driver, not first in a task
+  /** A decoder of the specification {@code spec} (JSON text) returning rows of {@code type}. */
+  DebeziumDecoder(String spec, DataType type) {
+    c = new Compiled(spec);
+    StructField[] fields = ((StructType) type).fields();
+    if (fields.length != c.width) {
+      throw new IllegalArgumentException(
+          "a decode specification of " + c.width + " output fields, typed with " + fields.length);
+    }
+    slots = new Internal[fields.length][];
+    slotFields = new StructField[fields.length][];
+    for (int i = FIELDS.length; i < fields.length; i++) {
+      StructType image = (StructType) fields[i].dataType();
+      slots[i] = Internal.of(image);
+      slotFields[i] = image.fields();
+    }
   }
 
   /**
-   * The decoder of {@code spec} as a Spark function of {@code (key, value)}, returning the
-   * type {@code returnType} (Spark's JSON form, made with the specification). A static factory,
-   * so that the Java UDF overload is chosen here, at compile time.
+   * The decode of the columns {@code key} and {@code value} (binary) by the specification
+   * {@code spec}, returning {@code returnType} (Spark's JSON form, made with the specification):
+   * a column of {@link DecodeExpression}, its specification compiled here, on the driver.
    */
-  public static UserDefinedFunction function(String spec, String returnType) {
-    UDF2<byte[], byte[], Row> decoder = new DebeziumDecoder(spec);
-    return functions.udf(decoder, DataType.fromJson(returnType));
+  public static Column column(String spec, String returnType) {
+    DecodeExpression decode =
+        new DecodeExpression(
+                UnresolvedAttribute.quoted("key"),
+                UnresolvedAttribute.quoted("value"),
+                spec,
+                returnType)
+            .checked();
+    return new Column(ExpressionColumnNode$.MODULE$.apply(decode));
   }
 
-  /** The compiled specification; built again in each task from the text that travels. */
+  /** The compiled specification (each task compiles its own, {@link DecodeExpression}). */
   private static final class Compiled {
     final long maxBytes;
     final ValueSchema[] values;
@@ -138,16 +164,12 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
         && java.util.Arrays.equals(text, 0, WRAPPED.length, WRAPPED, 0, WRAPPED.length);
   }
 
-  @Override
-  public Row call(byte[] key, byte[] value) {
-    Compiled c = compiled;
-    if (c == null) {
-      c = compiled = new Compiled(specText);
-    }
+  /** The decoder's output row of one record. */
+  InternalRow decode(byte[] key, byte[] value) {
     Object[] out = new Object[c.width];
     if (value == null || value.length == 0) {
-      out[0] = "tombstone";
-      return RowFactory.create(out);
+      out[0] = TOMBSTONE;
+      return new GenericInternalRow(out);
     }
     ValueSchema.Decoded d = null;
     boolean bare = false;
@@ -160,23 +182,23 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
         bare = true;
       }
     }
-    if (d == null || !key(c, key, out)) {
-      return RowFactory.create(out); // left to the Python decoder, key and value
+    if (d == null || !key(key, out)) {
+      return new GenericInternalRow(out); // left to the Python decoder, key and value
     }
-    out[0] = "change";
-    out[1] = d.op;
-    out[2] = d.sourceTable;
-    out[3] = d.snapshotPhase;
+    out[0] = CHANGE;
+    out[1] = UTF8String.fromString(d.op);
+    out[2] = UTF8String.fromString(d.sourceTable);
+    out[3] = UTF8String.fromString(d.snapshotPhase);
     out[4] = d.eventTimeMs;
-    out[5] = d.seq;
-    out[6] = d.rowColumns;
-    out[8] = d.connectSchema;
-    out[9] = d.rowJson;
+    out[5] = UTF8String.fromString(d.seq);
+    out[6] = UTF8String.fromString(d.rowColumns);
+    out[8] = UTF8String.fromString(d.connectSchema);
+    out[9] = UTF8String.fromString(d.rowJson);
     out[11] = bare;
     if (d.slot >= 0 && d.image != null) {
-      out[d.slot] = RowFactory.create(d.image);
+      out[d.slot] = Internal.row(slots[d.slot], slotFields[d.slot], d.image);
     }
-    return RowFactory.create(out);
+    return new GenericInternalRow(out);
   }
 
   /**
@@ -184,8 +206,8 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
    * schema's slot or its {@code _key_json}); false when the Python decoder is to read it (a key
    * of a schema not known, or one this code is not sure to read alike).
    */
-  private static boolean key(Compiled c, byte[] key, Object[] out) {
-    out[7] = "[]";
+  private boolean key(byte[] key, Object[] out) {
+    out[7] = NO_KEY_COLUMNS;
     if (key == null || key.length == 0 || key.length > c.maxBytes) {
       return true;
     }
@@ -195,8 +217,9 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
       if (k == null) {
         return false;
       }
-      out[c.keys[j].slot] = RowFactory.create(k);
-      out[7] = c.keys[j].keyColumns();
+      int slot = c.keys[j].slot;
+      out[slot] = Internal.row(slots[slot], slotFields[slot], k);
+      out[7] = UTF8String.fromString(c.keys[j].keyColumns());
       return true;
     }
     if (wrapped(key)) {
@@ -206,8 +229,8 @@ public final class DebeziumDecoder implements UDF2<byte[], byte[], Row> {
     if (k == null) {
       return false;
     }
-    out[7] = k.columns;
-    out[10] = k.json;
+    out[7] = UTF8String.fromString(k.columns);
+    out[10] = UTF8String.fromString(k.json);
     return true;
   }
 }
