@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -295,8 +295,20 @@ def test_every_failpoint_is_in_the_matrix():
 FIRST_COMMAND_ONLY = frozenset({"create-and-log", "one-pass"})
 
 
+#: The chains of the extended tier (``make test-extended``): each restarts the command ten or
+#: more times. ``make test`` keeps the others, a chain of each kind (ingest, join, object storage).
+EXTENDED_CHAINS = frozenset({"create-and-log", "resnapshot-block-maintenance", "rowtime"})
+
+
+def _chains(names: Iterable[str]) -> list[Any]:
+    return [
+        pytest.param(n, marks=pytest.mark.extended) if n in EXTENDED_CHAINS else n
+        for n in sorted(names)
+    ]
+
+
 @pytest.mark.timeout(1500)  # up to twelve commands, each a Spark process, and a reference run
-@pytest.mark.parametrize("chain", sorted(INGEST_CHAINS))
+@pytest.mark.parametrize("chain", _chains(INGEST_CHAINS))
 def test_ingest_killed_at_every_point_ends_as_an_uninterrupted_run(spark, tmp_path, chain):
     kills = INGEST_CHAINS[chain]
     batches_only = 6 if chain in FIRST_COMMAND_ONLY else None
@@ -332,7 +344,7 @@ def join_build(spark, tmp_path_factory):
     return build
 
 
-@pytest.mark.parametrize("chain", sorted(JOIN_CHAINS))
+@pytest.mark.parametrize("chain", _chains(JOIN_CHAINS))
 def test_join_killed_at_every_point_ends_as_an_uninterrupted_run(
     spark, tmp_path, join_build, chain
 ):

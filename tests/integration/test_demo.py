@@ -84,6 +84,7 @@ def test_demo_in_files_mode_passes_its_quality_checks(spark, tmp_path):
     assert re.search(r"^done: ingest \d+ records -> \d+ versions; rowtime", text, re.M), text
 
 
+@pytest.mark.extended  # its own PostgreSQL, Connect and broker, started and stopped by the demo
 @pytest.mark.broker
 @pytest.mark.debezium
 def test_demo_on_a_real_database_passes_its_quality_checks(spark, tmp_path):

@@ -115,6 +115,7 @@ def _local_config(source: Path, out: Path, data_root: str, bootstrap: str) -> No
     out.write_text(spark + text)
 
 
+@pytest.mark.extended  # eight Spark processes from a wheel install (about ten minutes)
 @pytest.mark.timeout(1800)  # eight Spark processes, one after another, and the wheel's build
 def test_every_task_of_the_bundle_runs_from_the_wheel(installed_wheel, kafka_broker, tmp_path):
     bundle, jobs = _bundle()

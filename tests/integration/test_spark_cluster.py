@@ -26,7 +26,8 @@ from lakehouse import delta
 from lakehouse.demo.data import ORDER_SCHEMA, make_demo_data
 from lakehouse.sources.kafka_admin import create_topic, produce
 
-pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
+# extended: a standalone master and two workers, a worker killed and replaced (about nine minutes)
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 ORDERS = 1200
 
