@@ -62,10 +62,8 @@ public final class DebeziumDecoder {
   private static final UTF8String NO_KEY_COLUMNS = UTF8String.fromString("[]");
 
   private final Compiled c;
-  /** Per output slot, how its image's values are held ({@link Internal}); null for a field. */
-  private final Internal[][] slots;
-  /** Per output slot, its image's fields (null for a field of {@link #FIELDS}). */
-  private final StructField[][] slotFields;
+  /** Per output slot, how its image's values are held; null for a field of {@link #FIELDS}. */
+  private final Internal[] slots;
 
   /** A decoder of the specification {@code spec} (JSON text) returning rows of {@code type}. */
   DebeziumDecoder(String spec, DataType type) {
@@ -75,12 +73,9 @@ public final class DebeziumDecoder {
       throw new IllegalArgumentException(
           "a decode specification of " + c.width + " output fields, typed with " + fields.length);
     }
-    slots = new Internal[fields.length][];
-    slotFields = new StructField[fields.length][];
+    slots = new Internal[fields.length];
     for (int i = FIELDS.length; i < fields.length; i++) {
-      StructType image = (StructType) fields[i].dataType();
-      slots[i] = Internal.of(image);
-      slotFields[i] = image.fields();
+      slots[i] = Internal.of((StructType) fields[i].dataType());
     }
   }
 
@@ -196,7 +191,7 @@ public final class DebeziumDecoder {
     out[9] = UTF8String.fromString(d.rowJson);
     out[11] = bare;
     if (d.slot >= 0 && d.image != null) {
-      out[d.slot] = Internal.row(slots[d.slot], slotFields[d.slot], d.image);
+      out[d.slot] = slots[d.slot].row(d.image);
     }
     return new GenericInternalRow(out);
   }
@@ -217,8 +212,7 @@ public final class DebeziumDecoder {
       if (k == null) {
         return false;
       }
-      int slot = c.keys[j].slot;
-      out[slot] = Internal.row(slots[slot], slotFields[slot], k);
+      out[c.keys[j].slot] = slots[c.keys[j].slot].row(k);
       out[7] = UTF8String.fromString(c.keys[j].keyColumns());
       return true;
     }

@@ -38,11 +38,23 @@ public final class DecodeExpression extends Expression
    * returning the struct type {@code type} (both JSON texts made by lakehouse's Python side).
    */
   public DecodeExpression(Expression key, Expression value, String spec, String type) {
+    this(key, value, spec, type, DataType.fromJson(type), null);
+  }
+
+  /** A copy over other children: the type already parsed, the decoder (if any) shared. */
+  private DecodeExpression(
+      Expression key,
+      Expression value,
+      String spec,
+      String type,
+      DataType dataType,
+      DebeziumDecoder decoder) {
     this.key = key;
     this.value = value;
     this.spec = spec;
     this.type = type;
-    this.dataType = DataType.fromJson(type);
+    this.dataType = dataType;
+    this.decoder = decoder;
     CodegenFallback.$init$(this);
   }
 
@@ -87,9 +99,8 @@ public final class DecodeExpression extends Expression
 
   @Override
   public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-    DecodeExpression copy = new DecodeExpression(children.apply(0), children.apply(1), spec, type);
-    copy.decoder = decoder;
-    return copy;
+    return new DecodeExpression(
+        children.apply(0), children.apply(1), spec, type, dataType, decoder);
   }
 
   @Override

@@ -23,44 +23,49 @@ import org.apache.spark.unsafe.types.UTF8String;
  * and scale; a date is its epoch day, a timestamp its epoch microseconds; every other value
  * (numbers, booleans, bytes) is held as it is.
  */
-enum Internal {
-  SAME,
-  TEXT,
-  DATE,
-  TIMESTAMP,
-  DECIMAL;
-
-  /** How each field of {@code struct} holds its value. */
-  static Internal[] of(StructType struct) {
-    StructField[] fields = struct.fields();
-    Internal[] out = new Internal[fields.length];
-    for (int i = 0; i < fields.length; i++) {
-      out[i] = of(fields[i].dataType());
-    }
-    return out;
+final class Internal {
+  private enum Kind {
+    SAME,
+    TEXT,
+    DATE,
+    TIMESTAMP,
+    DECIMAL
   }
 
-  private static Internal of(DataType t) {
+  private final Kind[] kinds;
+  private final StructField[] fields;
+
+  private Internal(StructType struct) {
+    fields = struct.fields();
+    kinds = new Kind[fields.length];
+    for (int i = 0; i < fields.length; i++) {
+      kinds[i] = kind(fields[i].dataType());
+    }
+  }
+
+  /** How the fields of {@code struct} hold their values. */
+  static Internal of(StructType struct) {
+    return new Internal(struct);
+  }
+
+  private static Kind kind(DataType t) {
     if (t instanceof StringType) {
-      return TEXT;
+      return Kind.TEXT;
     }
     if (t instanceof DecimalType) {
-      return DECIMAL;
+      return Kind.DECIMAL;
     }
     if (t instanceof DateType) {
-      return DATE;
+      return Kind.DATE;
     }
     if (t instanceof TimestampType) {
-      return TIMESTAMP;
+      return Kind.TIMESTAMP;
     }
-    return SAME;
+    return Kind.SAME;
   }
 
-  /**
-   * A row of {@code values}, typed as {@code kinds} says ({@code types}: their struct's fields,
-   * for a decimal's precision and scale).
-   */
-  static InternalRow row(Internal[] kinds, StructField[] types, Object[] values) {
+  /** A row of {@code values}, one per field of the struct, each held as its field's type. */
+  InternalRow row(Object[] values) {
     Object[] out = new Object[values.length];
     for (int i = 0; i < values.length; i++) {
       Object v = values[i];
@@ -72,7 +77,7 @@ enum Internal {
           out[i] = UTF8String.fromString((String) v);
           break;
         case DECIMAL:
-          DecimalType d = (DecimalType) types[i].dataType();
+          DecimalType d = (DecimalType) fields[i].dataType();
           out[i] = Decimal.apply((BigDecimal) v, d.precision(), d.scale());
           break;
         case DATE:
