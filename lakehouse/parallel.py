@@ -5,9 +5,11 @@ calls, on Delta's log, on small Spark jobs that leave the executors idle between
 threads, those waits overlap and Spark schedules the tables' jobs side by side.
 
 Every piece runs as its caller would have run it: the caller's Spark local properties (job
-group and description, scheduler pool; a copy per piece, as Spark keeps per-thread state such
-as the running SQL execution there), its active Spark session (the JVM keeps that per thread
-too), and its ``contextvars`` (:func:`lakehouse.delta.batch_scope`'s snapshots).
+group and description, scheduler pool; a copy per thread, as Spark keeps per-thread state such
+as the running SQL execution there), its active Spark session and job tags (the JVM keeps
+those per thread too), and its ``contextvars`` (:func:`lakehouse.delta.batch_scope`'s
+snapshots). What a thread takes from the caller is set once per thread, not per piece: each
+py4j call is a round trip, and a batch over many tables makes pieces by the hundred.
 """
 
 from __future__ import annotations
@@ -46,25 +48,36 @@ def map_tables(
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers == 1 or len(items) <= 1:
         return [work(item) for item in items]
-    from pyspark.util import inheritable_thread_target
+    from py4j.java_gateway import JavaClass
 
-    # the JVM keeps the active session per thread: each piece's thread gets the caller's
+    # what a piece's thread takes from the caller's, read once per call here: each py4j call
+    # per piece is a round trip, and resolving a JVM name (``jvm.org.apache...``) is one per
+    # package step, each a failed class lookup over the whole class path
+    sc = spark.sparkContext
+    jcontext = sc._jsc.sc()
+    properties = jcontext.getLocalProperties().clone()
+    tags = spark.getTags()
     jsession = spark._jsparkSession
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
+    set_active = JavaClass(
+        "org.apache.spark.sql.SparkSession",
+        sc._gateway._gateway_client,  # type: ignore[union-attr]
+    ).setActiveSession
 
-    def in_context(item: T) -> R:
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
-        return work(item)
+    def thread_context() -> None:
+        # the JVM keeps the local properties, the active session and the job tags per thread.
+        # A copy of the properties per thread: Spark keeps per-thread state in them (the
+        # running SQL execution), which threads running side by side must not share; a piece
+        # after another on the same thread finds them as the caller left them (Spark and Delta
+        # restore what they set in them, as on any thread that runs one job after another)
+        jcontext.setLocalProperties(properties.clone())
+        set_active(jsession)
+        for tag in tags:
+            spark.addTag(tag)
 
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        # wrapped on this thread, once per piece: each gets its own copy of the properties
-        futures = [
-            pool.submit(
-                contextvars.copy_context().run, inheritable_thread_target(spark)(in_context), item
-            )
-            for item in items
-        ]
+    with ThreadPoolExecutor(
+        max_workers=min(workers, len(items)), initializer=thread_context
+    ) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, work, item) for item in items]
         errors = [f.exception() for f in futures]  # waits for every piece
     for error in errors:
         if error is not None:
