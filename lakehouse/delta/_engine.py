@@ -26,6 +26,7 @@ one, so a delta-spark upgrade that moves them fails there first.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -58,16 +59,33 @@ _CLASSES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictio
 
 def _class(spark: SparkSession, fqn: str) -> Any:
     """The JVM class ``fqn`` (a py4j ``JavaClass``: call its static methods, or call it to
-    construct one), without a lookup of its package."""
-    from py4j.java_gateway import JavaClass
-
+    construct one), without a lookup of its package, and each of its static methods looked up
+    once (:func:`_class_type`)."""
     gateway: Any = spark.sparkContext._gateway
     with _lock:
         classes = _CLASSES.setdefault(gateway, {})
         cls = classes.get(fqn)
         if cls is None:
-            cls = classes[fqn] = JavaClass(fqn, gateway._gateway_client)
+            cls = classes[fqn] = _class_type()(fqn, gateway._gateway_client)
     return cls
+
+
+@functools.cache
+def _class_type() -> type:
+    """A py4j ``JavaClass`` that keeps each static method it was asked for: py4j asks the JVM
+    what a class's member is at every access, a round trip in which the JVM lists the class's
+    methods by reflection. Of its static fields only a Scala object's ``MODULE$`` is kept (the
+    object itself); another field is asked each time, as its value may change."""
+    from py4j.java_gateway import JavaClass, JavaMember
+
+    class KeptMembers(JavaClass):
+        def __getattr__(self, name: str) -> Any:
+            member = super().__getattr__(name)
+            if isinstance(member, JavaMember) or name == "MODULE$":
+                self.__dict__[name] = member  # found before __getattr__ from now on
+            return member
+
+    return KeptMembers
 
 
 def _none(spark: SparkSession) -> Any:
@@ -109,17 +127,49 @@ def snapshot_at(spark: SparkSession, log: Any, version: int) -> Any:
         return log.getSnapshotAt(version, _none(spark), _none(spark))
 
 
-def commit_files(snapshot: Any) -> dict[int, Any]:
-    """The commit files (Hadoop ``FileStatus``) the snapshot's log segment lists, by version:
-    the commits since its checkpoint, staged (not yet backfilled) ones included."""
-    deltas = snapshot.logSegment().deltas()
-    out: dict[int, Any] = {}
-    for i in range(deltas.size()):
-        status = deltas.apply(i)
-        match = _COMMIT_FILE.search(status.getPath().getName())
-        if match:
-            out[int(match.group(1))] = status
-    return out
+class CommitFiles:
+    """The commit files (Hadoop ``FileStatus``) a snapshot's log segment lists: the commits
+    since its checkpoint, staged (not yet backfilled) ones included, each asked by version.
+
+    A log segment's commits are consecutive versions ending at the snapshot's, so version
+    ``v``'s file is the one ``version - v`` places from the end: a few py4j calls, where a walk
+    of the list costs three per commit (up to a checkpoint interval of them). The file found is
+    checked against its name; a segment not laid out so is walked once."""
+
+    def __init__(self, snapshot: Any) -> None:
+        self._snapshot = snapshot
+        self._deltas: Any = None
+        self._size = 0
+        self._version = -1
+        self._walked: dict[int, Any] | None = None
+
+    def get(self, version: int) -> Any | None:
+        """The commit file of ``version`` (None: the segment does not list it)."""
+        if self._walked is not None:
+            return self._walked.get(version)
+        if self._deltas is None:
+            self._deltas = self._snapshot.logSegment().deltas()
+            self._size = int(self._deltas.size())
+            self._version = int(self._snapshot.version())
+        index = self._size - 1 - (self._version - version)
+        if 0 <= index < self._size:
+            status = self._deltas.apply(index)
+            match = _COMMIT_FILE.search(str(status.getPath().getName()))
+            if match and int(match.group(1)) == version:
+                return status
+        elif index < 0 and self._size and self._first() > version:
+            return None  # before the segment's first commit (its checkpoint has it)
+        self._walked = {}
+        for i in range(self._size):
+            status = self._deltas.apply(i)
+            match = _COMMIT_FILE.search(str(status.getPath().getName()))
+            if match:
+                self._walked[int(match.group(1))] = status
+        return self._walked.get(version)
+
+    def _first(self) -> int:
+        match = _COMMIT_FILE.search(str(self._deltas.apply(0).getPath().getName()))
+        return int(match.group(1)) if match else -1
 
 
 def file_stamp(status: Any) -> tuple[int, int]:
@@ -158,11 +208,21 @@ def transactions(snapshot: Any) -> dict[str, int]:
     return out
 
 
+def metadata(snapshot: Any) -> dict[str, Any]:
+    """The snapshot's ``metaData`` action as Delta writes it to the log (its id, schema string,
+    properties, ...): two calls over py4j, where walking the Scala objects costs one per
+    field, three per property (a table's snapshot is looked at several times a batch)."""
+    action: dict[str, Any] = json.loads(str(snapshot.metadata().json()))["metaData"]
+    return action
+
+
 def properties(snapshot: Any) -> dict[str, str]:
     """The table properties (``Metadata.configuration``) of the snapshot."""
-    # the action as Delta writes it to the log: one call over py4j, where walking the Scala
-    # map costs three per property (a table's snapshot is looked at several times a batch)
-    action = json.loads(str(snapshot.metadata().json()))["metaData"]
+    return properties_of(metadata(snapshot))
+
+
+def properties_of(action: Mapping[str, Any]) -> dict[str, str]:
+    """The table properties of a ``metaData`` action (:func:`metadata`)."""
     return {str(k): str(v) for k, v in (action.get("configuration") or {}).items()}
 
 
@@ -681,50 +741,34 @@ def stage_tables(
         operation = _write_operation(
             spark, _class(spark, "org.apache.spark.sql.SaveMode").Append, _none(spark)
         )
-        auto_compact = getattr(
-            _class(spark, "org.apache.spark.sql.delta.hooks.AutoCompact$"), "MODULE$"
-        )
+        # Delta's auto-compaction hook, which the staged commits register (StagedActions)
+        getattr(_class(spark, "org.apache.spark.sql.delta.hooks.AutoCompact$"), "MODULE$")
+        staged_actions = _class(spark, "dev.lakehouse.write.StagedActions").make
         rdd = jdf.queryExecution().toRdd()
     except Py4JError as e:
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
     outcome = write(rdd, joutputs, max_files, interpreted, summarise)
-    written = outcome.written()
-    action = getattr(_class(spark, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
-    converters = _class(spark, "scala.jdk.javaapi.CollectionConverters")
+    written = json.loads(str(outcome.writtenJson()))
     tags = _class(spark, "scala.collection.immutable.HashMap")()
     now = int(time.time() * 1000)
     out: list[StagedRows | None] = [None] * len(tables)
     for (i, table), prepared in zip(chosen, outputs, strict=True):
-        actions = _class(spark, "java.util.ArrayList")()
-        txn_line = {"txn": {"appId": table.app_id, "version": table.version, "lastUpdated": now}}
-        actions.add(action.fromJson(json.dumps(txn_line)))
-        recorded = None if prepared.stats is None else prepared.stats.recordedStats()
-        added = prepared.committer.addedStatuses()
-        for k in range(added.size()):
-            add = added.apply(k)
-            line = json.loads(add.json())
-            if recorded is not None:
-                line["add"]["stats"] = recorded.apply(add.toPath().getName())
-            if not line["add"].get("tags"):
-                line["add"].pop("tags", None)  # as Delta's writer leaves an add's
-            actions.add(action.fromJson(json.dumps(line)))
-        if added.size() > 0:
-            # as Delta's writer: the hook compacts small files where the table or session asks
-            prepared.txn.registerPostCommitHook(auto_compact)
-        prepared.txn.readTxn().addOne(table.app_id)
-        result = written[i]
-        biggest = result.maxEventTimeMillis()
+        # the actions as Delta's writer makes them, and the transaction readied for them
+        actions = staged_actions(
+            prepared.txn, prepared.committer, prepared.stats, table.app_id, table.version, now
+        )
+        rows, biggest = written[i]
         out[i] = StagedRows(
             staged=Staged(
                 spark=spark,
                 txn=prepared.txn,
-                actions=converters.asScala(actions).toSeq(),
+                actions=actions,
                 tags=tags,
                 operation=operation,
             ),
-            count=int(result.rows()),
+            count=int(rows),
             max_event_time_ms=None if biggest is None else int(biggest),
         )
     return out, [str(text) for text in outcome.summaries()]

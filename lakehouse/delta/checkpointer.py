@@ -127,9 +127,10 @@ def _checkpoint(uri: str, due: _Due) -> None:
     if sc._jsc is None:
         raise RuntimeError("the Spark session stopped")
     failpoint("delta.checkpoint", due.batch_id)
-    jvm: Any = sc._jvm
     # the JVM keeps the active session and the job group per thread: this one's are its own
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    _engine._class(spark, "org.apache.spark.sql.SparkSession").setActiveSession(
+        spark._jsparkSession
+    )
     sc.setJobGroup(JOB_GROUP, f"Delta checkpoint of {uri} at version {due.version}")
     snapshot = _engine.snapshot_at(spark, due.log, due.version)
     due.log.checkpoint(snapshot, _engine._none(spark))

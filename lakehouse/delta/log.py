@@ -108,12 +108,15 @@ class TableSnapshot:
         self.uri = uri
         self._log = log
         self._jsnapshot = jsnapshot
-        self.exists = jsnapshot is not None and int(jsnapshot.version()) >= 0
-        self.version = int(jsnapshot.version()) if self.exists else -1
-        self.properties: Mapping[str, str] = _engine.properties(jsnapshot) if self.exists else {}
+        version = int(jsnapshot.version()) if jsnapshot is not None else -1
+        self.exists = version >= 0
+        self.version = version if self.exists else -1
+        #: the ``metaData`` action (id, schema, properties), read once (two py4j calls)
+        self._metadata: Mapping[str, Any] = _engine.metadata(jsnapshot) if self.exists else {}
+        self.properties: Mapping[str, str] = _engine.properties_of(self._metadata)
         self._schema: StructType | None = None
         self._commits: dict[int, CommitInfo | None] = {}
-        self._files: dict[int, Any] | None = None
+        self._files: _engine.CommitFiles | None = None
         self._txns: dict[str, int] | None = None
         self._live: dict[int, list[str] | None] = {}  # live_adds by limit
         self._log_key: tuple[str, str] | None = None  # (log path, table id), asked once
@@ -124,7 +127,7 @@ class TableSnapshot:
     @property
     def table_id(self) -> str:
         """Delta's id of the table (a table deleted and created again gets a new one)."""
-        return str(self._jsnapshot.metadata().id()) if self.exists else ""
+        return str(self._metadata.get("id", "")) if self.exists else ""
 
     @property
     def schema(self) -> StructType:
@@ -132,11 +135,9 @@ class TableSnapshot:
         from pyspark.sql.types import StructType
 
         if self._schema is None:
-            self._schema = (
-                StructType.fromJson(json.loads(_engine.schema_json(self._jsnapshot)))
-                if self.exists
-                else StructType([])
-            )
+            text = self._metadata.get("schemaString") if self.exists else None
+            # Delta's Snapshot.schema is this text parsed (an empty struct without one)
+            self._schema = StructType.fromJson(json.loads(text)) if text else StructType([])
         return self._schema
 
     def require(self) -> TableSnapshot:
@@ -154,7 +155,7 @@ class TableSnapshot:
             if self._log_key is None:
                 self._log_key = (str(self._log.logPath()), self.table_id)
             if self._files is None:
-                self._files = _engine.commit_files(self._jsnapshot)
+                self._files = _engine.CommitFiles(self._jsnapshot)
             status = self._files.get(version)
             # the file's length and time where the listing gave them: a torn newest commit
             # that `lakehouse repair` removed is written again, as another file
@@ -245,7 +246,7 @@ class TableSnapshot:
         if not self.exists:
             return None
         if self._files is None:
-            self._files = _engine.commit_files(self._jsnapshot)
+            self._files = _engine.CommitFiles(self._jsnapshot)
         for version in range(self.version, max(self.version - limit, -1) - 1, -1):
             if version < 0:
                 return []  # only metadata commits since the table was created: no files
@@ -437,6 +438,9 @@ def peek(uri: str) -> Any | None:
     holds). Checks that run before Spark starts read tables this way."""
     from pyspark.sql import SparkSession
 
+    scope = _scope.get()
+    if scope is not None and uri in scope:
+        return scope[uri]  # the engine's look of this batch (no py4j call to ask for a session)
     if SparkSession.getActiveSession() is None:
         return open_view(uri)
     return snapshot(uri)

@@ -402,14 +402,13 @@ class StagedAppend:
 
     def discard(self) -> None:
         """Delete the staged files (no version names them); the table is as before."""
-        jvm: Any = self.spark.sparkContext._jvm
+        hadoop_path = _engine._class(self.spark, "org.apache.hadoop.fs.Path")
+        uri = _engine._class(self.spark, "java.net.URI")
         base = self.snap._log.dataPath()
         fs = base.getFileSystem(self.spark._jsparkSession.sessionState().newHadoopConf())
         for relative in self.staged.paths():
-            path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(relative))
-            fs.delete(
-                path if path.isAbsolute() else jvm.org.apache.hadoop.fs.Path(base, path), False
-            )
+            path = hadoop_path(uri(relative))
+            fs.delete(path if path.isAbsolute() else hadoop_path(base, path), False)
 
 
 def stage_append(

@@ -26,6 +26,7 @@ from lakehouse.dimension.signals import SignalState
 from lakehouse.time import WATERMARK_MIN
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType
 
 
@@ -126,10 +127,13 @@ class TargetLook:
 NO_TABLE = TargetLook(exists=False, properties={}, replay=False)
 
 
-def look_at(uri: str, *, app_id: str, batch_id: int) -> TargetLook:
+def look_at(
+    uri: str, *, app_id: str, batch_id: int, spark: SparkSession | None = None
+) -> TargetLook:
     """One look at a build table: its properties, columns and what its recent commits record.
-    ``replay``: the table records transaction ``app_id`` at ``batch_id`` or later."""
-    snap = delta.snapshot(uri)
+    ``replay``: the table records transaction ``app_id`` at ``batch_id`` or later. ``spark``:
+    the session to look with (default: the active one)."""
+    snap = delta.snapshot(uri, spark=spark)
     if not snap.exists:
         return NO_TABLE
     return TargetLook.from_history(

@@ -325,5 +325,28 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     public String[] summaries() {
       return summaries;
     }
+
+    /**
+     * {@link #written} as one JSON array, a caller across a bridge reads in one call: per
+     * table, {@code [rows, largest event time in epoch milliseconds or null]}, or null where
+     * the output is.
+     */
+    public String writtenJson() {
+      StringBuilder out = new StringBuilder("[");
+      for (int t = 0; t < written.length; t++) {
+        if (t > 0) {
+          out.append(',');
+        }
+        Written w = written[t];
+        if (w == null) {
+          out.append("null");
+        } else {
+          Long max = w.maxEventTimeMillis();
+          out.append('[').append(w.rows()).append(',').append(max == null ? "null" : max.toString())
+              .append(']');
+        }
+      }
+      return out.append(']').toString();
+    }
   }
 }
