@@ -22,6 +22,7 @@ The sink (:mod:`lakehouse.dimension.sink`) writes what the plan says, in its fix
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
@@ -399,11 +400,38 @@ class RowParts:
     kind: Column
     columns: tuple[Column, ...]
     shape: Any = None
+    #: :meth:`joint_value` and :meth:`joint_row` made already (a plan kept between batches)
+    joint: tuple[Column, Column] | None = None
 
     @property
     def kept(self) -> Column:
         """Where a routed record makes a row of the table."""
         return self.reason.isNull()
+
+    def joint_value(self) -> Column:
+        """The table's row value where a record is routed to it, named ``value_column``: a
+        column of the projection that makes many tables' rows together."""
+        from pyspark.sql import functions as F
+
+        if self.joint is not None:
+            return self.joint[0]
+        return F.when(self.routed, self.value).alias(self.value_column)
+
+    def joint_row(self) -> Column:
+        """The table's row (a struct of ``columns``) where a routed record makes one, else
+        null: a column, over :meth:`joint_value`'s, of the projection that makes many tables'
+        rows together."""
+        from pyspark.sql import functions as F
+
+        if self.joint is not None:
+            return self.joint[1]
+        row = F.when(self.routed & self.kept, F.struct(*self.columns))
+        return row.alias(f"{self.value_column}_row")
+
+    def with_joint(self) -> RowParts:
+        """These parts with :meth:`joint_value` and :meth:`joint_row` made now, for a plan
+        kept between batches."""
+        return dataclasses.replace(self, joint=(self.joint_value(), self.joint_row()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +488,46 @@ class TargetFrames:
         )
 
 
+#: The columns a batch's decoded records carry its wall clock in, for the plans of a
+#: :class:`PlanClock` read from them (:meth:`PlanClock.stamp`): epoch microseconds and
+#: milliseconds, as :func:`~lakehouse.columns.batch_long` holds them. Never written to a table:
+#: a row's columns and a dead letter's are named one by one.
+CLOCK_US = "_plan_clock_us"
+CLOCK_MS = "_plan_clock_ms"
+
+
+class ClockColumns:
+    """The columns of a wall clock read from the decoded records (:data:`CLOCK_US`,
+    :data:`CLOCK_MS`): the same objects batch after batch, so that what a table's plan makes
+    of them is too (:func:`plan_target` keeps it). A sink keeps one for its life; safe to use
+    from the threads that plan a batch's tables at once."""
+
+    def __init__(self) -> None:
+        self._ingested_at: Column | None = None
+        self._limits: dict[int, Column] = {}
+        self._lock = threading.Lock()
+
+    def ingested_at(self) -> Column:
+        """The rows' ``INGESTED_AT`` column: :data:`CLOCK_US` as a timestamp."""
+        from pyspark.sql import functions as F
+
+        with self._lock:
+            if self._ingested_at is None:
+                self._ingested_at = F.timestamp_micros(F.col(CLOCK_US)).alias(INGESTED_AT)
+            return self._ingested_at
+
+    def limit(self, max_future_ms: int) -> Column:
+        """The latest event time (epoch milliseconds) a row may have: ``max_future_ms`` past
+        :data:`CLOCK_MS`."""
+        from pyspark.sql import functions as F
+
+        with self._lock:
+            made = self._limits.get(max_future_ms)
+            if made is None:
+                made = self._limits[max_future_ms] = F.col(CLOCK_MS) + F.lit(max_future_ms)
+            return made
+
+
 class PlanClock:
     """The wall clock of one batch's plans, shared by its tables: the rows' ``INGESTED_AT``
     and the limit of each ``max_future_ms``, as :func:`~lakehouse.columns.batch_long` holds
@@ -467,12 +535,18 @@ class PlanClock:
     connector's batch plans every table it captures); safe to use from the threads that plan
     a batch's tables at once.
 
+    ``columns``: the clock is read from the decoded records' :data:`CLOCK_US` and
+    :data:`CLOCK_MS` (:meth:`stamp` adds them), through columns the caller keeps between
+    batches; a table's plan made of them is then the same batch after batch, and is kept
+    (:func:`plan_target`). Without, each column holds the batch's clock as a value.
+
     >>> PlanClock(1_700_000_000_000_000).now_ms
     1700000000000
     """
 
-    def __init__(self, now_us: int | None = None) -> None:
+    def __init__(self, now_us: int | None = None, *, columns: ClockColumns | None = None) -> None:
         self.now_us = time.time_ns() // 1000 if now_us is None else now_us
+        self.columns = columns
         self._ingested_at: Column | None = None
         self._limits: dict[int, Column] = {}
         self._lock = threading.Lock()
@@ -482,8 +556,19 @@ class PlanClock:
         """The batch's wall clock, in milliseconds."""
         return self.now_us // 1000
 
+    def stamp(self, decoded: DataFrame) -> DataFrame:
+        """``decoded`` with the clock's columns (replacing any a frame had), where the clock
+        is read from them; ``decoded`` itself otherwise."""
+        if self.columns is None:
+            return decoded
+        return decoded.withColumns(
+            {CLOCK_US: batch_long(self.now_us), CLOCK_MS: batch_long(self.now_ms)}
+        )
+
     def ingested_at(self) -> Column:
         """The rows' ``INGESTED_AT`` column (the batch's wall clock, to the microsecond)."""
+        if self.columns is not None:
+            return self.columns.ingested_at()
         with self._lock:
             if self._ingested_at is None:
                 self._ingested_at = batch_now(self.now_us).alias(INGESTED_AT)
@@ -492,6 +577,8 @@ class PlanClock:
     def limit(self, max_future_ms: int) -> Column:
         """The latest event time (epoch milliseconds) a row may have: ``max_future_ms`` past
         the batch's wall clock."""
+        if self.columns is not None:
+            return self.columns.limit(max_future_ms)
         with self._lock:
             made = self._limits.get(max_future_ms)
             if made is None:
@@ -542,9 +629,13 @@ def plan_target(
 
     # column expressions only: a DataFrame is analysed by Spark on the driver as it is made,
     # which a batch over many tables would pay per table (TargetFrames makes them if asked)
-    routed = F.col("_kind") == "change"
-    if target.source_table is not None:
-        routed = routed & (F.col("_source_table") == target.source_table)
+    routed = built.get(("routed", target.source_table)) if built is not None else None
+    if routed is None:
+        routed = F.col("_kind") == "change"
+        if target.source_table is not None:
+            routed = routed & (F.col("_source_table") == target.source_table)
+        if built is not None:  # the same column batch after batch (a few py4j calls)
+            built[("routed", target.source_table)] = routed
     if block is not None:
         # blocked: every change of the table is held back (module .schema_block)
         count = sum(r["n"] for r in summary)
@@ -602,6 +693,25 @@ def plan_target(
         )
         if kept is not None:
             kept[shape] = made
+    mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
+    plan = TargetPlan(
+        target=target,
+        key_columns=key_columns,
+        rejected_count=mismatched + held_count,
+        evidence=evidence,
+        blocked_count=mismatched + held_count if evidence is not None else 0,
+        schema_changes=changes,
+        refused_columns=frozenset(incompatible),
+    )
+    # with a clock read from the records' columns, the whole of a kept table's rows (and the
+    # columns of the projection that writes many tables' rows together) is the same batch
+    # after batch: made once, not a few hundred py4j calls per table and batch
+    parts_key = None
+    if kept is not None and clock.columns is not None:
+        parts_key = ("parts", shape, target.max_future_ms, tuple(look.columns))
+        found = kept.get(parts_key)
+        if found is not None:
+            return plan, TargetFrames(decoded, routed, found)
     reason, kind = made.reason, made.kind
     if made.future is not None and target.max_future_ms is not None:
         # against the wall clock at planning: a version from the far future would hold the
@@ -614,16 +724,6 @@ def plan_target(
         (*order, *LINEAGE_COLUMNS),
         look.columns,
     )
-    mismatched = sum(r["n"] for r in summary if r["_row_columns"] in incompatible)
-    plan = TargetPlan(
-        target=target,
-        key_columns=key_columns,
-        rejected_count=mismatched + held_count,
-        evidence=evidence,
-        blocked_count=mismatched + held_count if evidence is not None else 0,
-        schema_changes=changes,
-        refused_columns=frozenset(incompatible),
-    )
     parts = RowParts(
         routed=routed,
         value_column=value_column,
@@ -633,6 +733,8 @@ def plan_target(
         columns=columns_of_row,
         shape=None if incompatible or columns.value_checks else shape,
     )
+    if parts_key is not None and kept is not None:
+        parts = kept[parts_key] = parts.with_joint()
     return plan, TargetFrames(decoded, routed, parts)
 
 

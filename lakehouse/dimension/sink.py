@@ -85,6 +85,7 @@ from lakehouse.dimension.marker import (
 )
 from lakehouse.dimension.one_pass import ONE_PASS_CONF, Foresight, OnePass, steady, write_one_pass
 from lakehouse.dimension.plan import (
+    ClockColumns,
     PlanClock,
     TargetFrames,
     TargetPlan,
@@ -234,6 +235,8 @@ class BuildSink:
         self._markers_checked = False
         #: each table's plan expressions, by what they depend on (see :func:`plan_target`)
         self._expressions: dict[Any, Any] = {}
+        #: the columns each batch's plans read its wall clock from, kept with the expressions
+        self._clock = ClockColumns()
         #: the Connect schemas the JVM decode knows, learned batch by batch
         self._wire = WireSchemas()
         #: the last steady batch's shapes, which the next is planned from (module .one_pass)
@@ -261,7 +264,9 @@ class BuildSink:
         # one look at each table: everything the batch decides for it is decided from this
         looked = map_tables(
             df.sparkSession,
-            lambda t: look_at(t.table_uri, app_id=self.pipeline_id, batch_id=batch_id),
+            lambda t: look_at(
+                t.table_uri, app_id=self.pipeline_id, batch_id=batch_id, spark=df.sparkSession
+            ),
             self.targets,
             workers=self.table_parallelism,
         )
@@ -361,7 +366,8 @@ class BuildSink:
         if image_columns(decoded.schema) != self._foresight.images:
             return "the decoder learned schemas or shapes since: other row-image columns"
         foreseen = [i for i, t in enumerate(self.targets) if any(routes(t, r) for r in shapes)]
-        clock = PlanClock()
+        clock = PlanClock(columns=self._clock)
+        decoded = clock.stamp(decoded)
         planned = map_tables(
             data.sparkSession,
             lambda i: self._plan(
@@ -457,7 +463,8 @@ class BuildSink:
         marks = self._wire.marks()
 
         txn = (self.pipeline_id, batch_id)
-        clock = PlanClock()
+        clock = PlanClock(columns=self._clock)
+        decoded = clock.stamp(decoded)
 
         def plan_one(index: int) -> _Planned:
             target = self.targets[index]

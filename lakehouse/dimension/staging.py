@@ -93,20 +93,13 @@ def stage_rows_together(
     when known (:func:`delta.stage_appends`' ``row_count``). ``summary``: each record's part of
     the batch's summary (:func:`lakehouse.dimension.summary.record_summary`), aggregated by the
     job's tasks (:attr:`Together.summaries`)."""
-    from pyspark.sql import functions as F
-
     if not items:
         return Together([])
     # the tables' rows made by one projection per task (Spark generates its code in each),
     # over at most as many partitions as a table gets files
-    values = decoded.coalesce(MAX_FILES).select(
-        "*", *[F.when(parts.routed, parts.value).alias(parts.value_column) for parts, _ in items]
-    )
+    values = decoded.coalesce(MAX_FILES).select("*", *[parts.joint_value() for parts, _ in items])
     rows = values.select(
-        *[
-            F.when(parts.routed & parts.kept, F.struct(*parts.columns)).alias(f"_rows{k}")
-            for k, (parts, _) in enumerate(items)
-        ],
+        *[parts.joint_row() for parts, _ in items],
         *([] if summary is None else [summary.alias("_summary")]),
     )
 

@@ -286,8 +286,12 @@ def test_tables_worked_on_at_once_end_as_tables_worked_on_one_by_one(spark, tmp_
 
 def test_a_table_s_plan_expressions_are_made_once_while_its_columns_stay(spark, tmp_path):
     """The sink keeps a table's plan expressions between batches while its row images and
-    columns are the same, and makes new ones when a column comes: each batch's rows are the
-    changes it brought, stamped with that batch's ingest time."""
+    columns are the same, and makes new ones when a column comes; a kept table's rows (the
+    columns the batch's joint write selects) are the same objects batch after batch, the wall
+    clock read from the batch's records: each batch's rows are the changes it brought,
+    stamped with that batch's ingest time."""
+    from lakehouse.dimension.plan import RowParts, _Expressions
+
     t = DebeziumTable("public", "rates", key="currency", start_ms=1_700_000_000_000)
     sink = _sink(tmp_path, key_columns=("currency",))
     offset = 0
@@ -297,13 +301,19 @@ def test_a_table_s_plan_expressions_are_made_once_while_its_columns_stay(spark, 
         sink.process(_raw(spark, messages, first_offset=offset), batch_id)
         offset += len(messages)
 
+    def kept(kind):
+        return {k: v for k, v in sink._expressions.items() if isinstance(v, kind)}
+
     run(t.snapshot([{"currency": "EUR", "rate": "1.0000"}]), 0)
     for b in (1, 2, 3):
         run([t.update({"currency": "EUR", "rate": f"{b}.0000"})], b)
-    made = dict(sink._expressions)
+    made, parts = kept(_Expressions), kept(RowParts)
     assert len(made) == 2, list(made)  # the snapshot's image, then the log's
+    assert all(p.joint is not None for p in parts.values())
     run([add_column(t.update({"currency": "EUR", "rate": "4.0000"}), "note", "string", "new")], 4)
-    assert len(sink._expressions) == 3 and all(sink._expressions[k] is v for k, v in made.items())
+    assert len(kept(_Expressions)) == 3
+    assert all(sink._expressions[k] is v for k, v in {**made, **parts}.items())
+    assert len(kept(RowParts)) > len(parts)  # the new column's rows
     rows = delta.read(spark, str(tmp_path / "build")).orderBy("_seq").collect()
     assert [(str(r["rate"]), r["note"]) for r in rows] == [
         ("1.0000", None),
