@@ -805,6 +805,7 @@ def _cost_point(batch: int, c: Any, seconds: float) -> dict[str, Any]:
         "delta_jobs": c.delta_jobs,
         "log_reads": c.log_reads,
         "compiles": c.compiles,
+        "py4j_calls": c.py4j_calls,
         "seconds": seconds,
         "descriptions": c.descriptions,
     }

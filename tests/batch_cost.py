@@ -10,16 +10,19 @@ Jobs are counted through a Spark job group set for the block (jobs Delta starts 
 threads inherit it); a job whose description starts with ``Delta:`` is Delta rebuilding a
 table's state from its log (file list, app transactions), the rest are lakehouse's own.
 Log reads are :data:`lakehouse.delta.LOG_READS`: each ``DeltaLog.update`` lakehouse
-asks for.
+asks for. py4j calls are the round trips between the Python driver and the JVM made while a
+``BatchCost`` is open, from any thread, py4j's releases of the JVM objects Python dropped
+included (those come from its own thread, a little after the drop).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse import delta
 
@@ -27,6 +30,34 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _groups = itertools.count()
+_calls = [0]  # py4j round trips while a BatchCost is open (from any thread: under the lock)
+_open = [0]  # BatchCost blocks open
+_count_lock = threading.Lock()
+
+
+def _count_py4j_calls() -> None:
+    """Count py4j's round trips (``_calls``) while a BatchCost is open; set up once per
+    process."""
+    from py4j.clientserver import ClientServerConnection
+
+    with _count_lock:
+        send = ClientServerConnection.send_command
+        if getattr(send, "_lakehouse_counted", False):
+            return
+
+        def counted(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+            if _open[0]:
+                with _count_lock:
+                    _calls[0] += 1
+            return send(self, command, *args, **kwargs)
+
+        counted._lakehouse_counted = True  # type: ignore[attr-defined]
+        ClientServerConnection.send_command = counted  # type: ignore[method-assign]
+
+
+def _calls_so_far() -> int:
+    with _count_lock:
+        return _calls[0]
 
 
 @dataclass
@@ -42,6 +73,7 @@ class BatchCost:
             id order.
         compiles: the classes Spark's code generation compiled (Janino), in this JVM: a
             batch that compiles none ran code compiled for an earlier batch.
+        py4j_calls: round trips between the Python driver and the JVM (module docstring).
     """
 
     spark: SparkSession
@@ -51,12 +83,16 @@ class BatchCost:
     descriptions: list[str] = field(default_factory=list)
     tasks: list[int] = field(default_factory=list)
     compiles: int = 0
+    py4j_calls: int = 0
 
     def __enter__(self) -> BatchCost:
+        _count_py4j_calls()
         self._group = f"lakehouse-cost-{next(_groups)}"
         self._reads = Counter(delta.LOG_READS)
         self.spark.sparkContext.setJobGroup(self._group, self._group)
         self._compiles = self._compiled()
+        _open[0] += 1
+        self._calls = _calls_so_far()
         return self
 
     def _compiled(self) -> int:
@@ -70,6 +106,8 @@ class BatchCost:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.py4j_calls = _calls_so_far() - self._calls
+        _open[0] -= 1
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
