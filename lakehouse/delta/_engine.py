@@ -154,22 +154,26 @@ class CommitFiles:
         index = self._size - 1 - (self._version - version)
         if 0 <= index < self._size:
             status = self._deltas.apply(index)
-            match = _COMMIT_FILE.search(str(status.getPath().getName()))
-            if match and int(match.group(1)) == version:
+            if _commit_version(status) == version:
                 return status
-        elif index < 0 and self._size and self._first() > version:
-            return None  # before the segment's first commit (its checkpoint has it)
+        elif index < 0 and self._size:
+            first = _commit_version(self._deltas.apply(0))
+            if first is not None and first > version:
+                return None  # before the segment's first commit (its checkpoint has it)
         self._walked = {}
         for i in range(self._size):
             status = self._deltas.apply(i)
-            match = _COMMIT_FILE.search(str(status.getPath().getName()))
-            if match:
-                self._walked[int(match.group(1))] = status
+            found = _commit_version(status)
+            if found is not None:
+                self._walked[found] = status
         return self._walked.get(version)
 
-    def _first(self) -> int:
-        match = _COMMIT_FILE.search(str(self._deltas.apply(0).getPath().getName()))
-        return int(match.group(1)) if match else -1
+
+def _commit_version(status: Any) -> int | None:
+    """The version a commit file (Hadoop ``FileStatus``) holds, by its name; None for a file
+    not named as a commit."""
+    match = _COMMIT_FILE.search(str(status.getPath().getName()))
+    return int(match.group(1)) if match else None
 
 
 def file_stamp(status: Any) -> tuple[int, int]:
