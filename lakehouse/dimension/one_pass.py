@@ -203,12 +203,22 @@ def write_one_pass(
     *,
     workers: int,
     routed: int,
+    kept: dict[Any, Any] | None = None,
 ) -> OnePass | None:
     """Stage the foreseen rows of each target (its index, and its foreseen plan over
     ``decoded``, with rows) in one job that also summarises the batch's records. None, with
     nothing left staged, when no joint write ran, or the batch is not :func:`steady`. A table
     the joint write did not take has no staged rows (:meth:`OnePass.take` leaves it to the
-    caller). ``routed``: the rows foreseen, for the write's choice of evaluation."""
+    caller). ``routed``: the rows foreseen, for the write's choice of evaluation. ``kept``:
+    the caller's expressions kept between batches (:func:`~lakehouse.dimension.plan.
+    plan_target`'s ``built``), where the summary's struct of the records' schema is kept (a
+    py4j call per function, each batch otherwise)."""
+    key = ("record summary", decoded.schema.json())
+    summary = None if kept is None else kept.get(key)
+    if summary is None:
+        summary = record_summary(decoded.schema)
+        if kept is not None:
+            kept[key] = summary
     items = [(i, frames.parts, plan.target.table_uri) for i, (plan, frames) in plans.items()]
     together = stage_rows_together(
         decoded,
@@ -216,7 +226,7 @@ def write_one_pass(
         txn,
         workers=workers,
         routed=routed,
-        summary=record_summary(decoded.schema),
+        summary=summary,
     )
     staged = {i: s for (i, _, _), s in zip(items, together.staged, strict=True) if s is not None}
     summarised = None if together.summaries is None else fold_tasks(together.summaries)

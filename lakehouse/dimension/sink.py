@@ -339,7 +339,14 @@ class BuildSink:
             return None
         decoded, plans, rows = foreseen
         txn = (self.pipeline_id, batch_id)
-        one = write_one_pass(decoded, plans, txn, workers=self.table_parallelism, routed=rows)
+        one = write_one_pass(
+            decoded,
+            plans,
+            txn,
+            workers=self.table_parallelism,
+            routed=rows,
+            kept=self._expressions,
+        )
         if one is None:
             self._foresight.missed()
             log.debug("batch %d: not steady; two jobs after its one", batch_id)

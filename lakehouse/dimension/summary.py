@@ -14,7 +14,6 @@ folded by :func:`fold_tasks` as :func:`summarise`'s are.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -110,29 +109,8 @@ def record_summary(schema: StructType) -> Column:
     write aggregate (``dev.lakehouse.write.BatchSummary``: its fields in this order): the
     group (:data:`KEY`), then what :func:`summarise` aggregates per group: the event time,
     offset, Kafka timestamp, connector position, Connect schema, image group and whether the
-    record kept its raw value. ``schema``: the decoded records' schema.
-
-    Made once per schema and JVM: a column is a py4j call per function, and its expression
-    holds nothing of a batch."""
-    from pyspark import SparkContext
-
-    key = (id(SparkContext._gateway), schema.json())
-    with _summary_lock:
-        found = _record_summaries.get(key)
-    if found is None:
-        found = _record_summary(schema)
-        with _summary_lock:
-            _record_summaries[key] = found
-            while len(_record_summaries) > 64:
-                _record_summaries.pop(next(iter(_record_summaries)))
-    return found
-
-
-_summary_lock = threading.Lock()
-_record_summaries: dict[tuple[int, str], Column] = {}
-
-
-def _record_summary(schema: StructType) -> Column:
+    record kept its raw value. ``schema``: the decoded records' schema. Its expression holds
+    nothing of a batch: a caller may keep it for the batches of that schema."""
     from pyspark.sql import functions as F
 
     return F.struct(
