@@ -748,12 +748,12 @@ def stage_tables(
         # Delta's auto-compaction hook, which the staged commits register (StagedActions)
         getattr(_class(spark, "org.apache.spark.sql.delta.hooks.AutoCompact$"), "MODULE$")
         staged_actions = _class(spark, "dev.lakehouse.write.StagedActions").make
-        rdd = jdf.queryExecution().toRdd()
+        query = jdf.queryExecution()
     except Py4JError as e:
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
-    outcome = write(rdd, joutputs, max_files, interpreted, summarise)
+    outcome = write(query, joutputs, max_files, interpreted, summarise)
     written = json.loads(str(outcome.writtenJson()))
     tags = _class(spark, "scala.collection.immutable.HashMap")()
     now = int(time.time() * 1000)

@@ -24,6 +24,21 @@ if TYPE_CHECKING:
 #: A table's rows of one batch are written as at most this many files.
 MAX_FILES = 2
 
+#: A joint write of at most this many rows (:func:`stage_rows_together`, as foreseen) is one
+#: task, each table's rows one file: every task opens a Parquet writer and Delta's statistics
+#: tracker for each table it writes, which for tables of a few rows costs more than a second
+#: task's share of the records saves.
+ONE_TASK_ROWS = 2_000
+
+
+def joint_files(routed: int | None) -> int:
+    """The files (tasks) of a joint write of ``routed`` rows (None: not known).
+
+    >>> joint_files(400), joint_files(50_000), joint_files(None)
+    (1, 2, 2)
+    """
+    return 1 if routed is not None and routed <= ONE_TASK_ROWS else MAX_FILES
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -95,9 +110,10 @@ def stage_rows_together(
     job's tasks (:attr:`Together.summaries`)."""
     if not items:
         return Together([])
-    # the tables' rows made by one projection per task (Spark generates its code in each),
-    # over at most as many partitions as a table gets files
-    values = decoded.coalesce(MAX_FILES).select("*", *[parts.joint_value() for parts, _ in items])
+    # the tables' rows made by one projection per task, over at most as many partitions as a
+    # table gets files
+    files = joint_files(routed)
+    values = decoded.coalesce(files).select("*", *[parts.joint_value() for parts, _ in items])
     rows = values.select(
         *[parts.joint_row() for parts, _ in items],
         *([] if summary is None else [summary.alias("_summary")]),
@@ -107,7 +123,7 @@ def stage_rows_together(
         rows,
         [uri for _, uri in items],
         txn=txn,
-        max_files=MAX_FILES,
+        max_files=files,
         event_time=EVENT_TIME,
         workers=workers,
         row_count=routed,

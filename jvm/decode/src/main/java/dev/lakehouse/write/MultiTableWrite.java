@@ -3,9 +3,11 @@ package dev.lakehouse.write;
 import java.text.SimpleDateFormat;
 import java.util.ArrayList;
 import java.util.Date;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -23,6 +25,7 @@ import org.apache.spark.internal.io.FileNameSpec;
 import org.apache.spark.rdd.RDD;
 
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.datasources.OutputWriter;
 import org.apache.spark.sql.execution.datasources.WriteTaskStats;
 import org.apache.spark.sql.execution.datasources.WriteTaskStatsTracker;
@@ -217,20 +220,22 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
   }
 
   /**
-   * Write each table's rows of {@code input} (a query's {@code toRdd}, laid out as this class's
-   * comment says; a null output: that column is not written) in one job of at most {@code tasks}
-   * tasks, then hand each table's task results to its commit protocol ({@code commitJob}) and its
-   * statistics trackers ({@code processStats}), as Spark's {@code FileFormatWriter} does at a
-   * job's end: afterwards a Delta table's commit protocol lists the files' {@code AddFile}
-   * actions and its statistics tracker their statistics. Nothing is committed to any table.
+   * Write each table's rows of {@code query}'s result (laid out as this class's comment says; a
+   * null output: that column is not written) in one job of at most {@code tasks} tasks, then
+   * hand each table's task results to its commit protocol ({@code commitJob}) and its statistics
+   * trackers ({@code processStats}), as Spark's {@code FileFormatWriter} does at a job's end:
+   * afterwards a Delta table's commit protocol lists the files' {@code AddFile} actions and its
+   * statistics tracker their statistics. Nothing is committed to any table.
    *
    * <p>{@code interpreted}: the job's tasks evaluate Spark's projections and predicates (the
-   * input's, the statistics trackers') interpreted, not as generated code. Spark generates a
+   * query's, the statistics trackers') interpreted, not as generated code. Spark generates a
    * projection's code in every task that makes one, per table for the trackers: for a write of
    * many tables of few rows, generating code costs more than the rows it would speed up. The
-   * two evaluate the same expressions to the same values (Spark's {@code
-   * spark.sql.codegen.factoryMode}, set for this job's tasks only, as a local property of the
-   * calling thread).
+   * two evaluate the same expressions to the same values. Spark's {@code
+   * spark.sql.codegen.factoryMode} is set for this job's tasks only, as a local property of the
+   * calling thread, beside the session's SQL settings (as Spark's own SQL executions hand them
+   * to their tasks); the query's plan is executed without {@code QueryExecution.toRdd}'s
+   * wrapper, which would evaluate it under the session's settings as they were, generated.
    *
    * <p>{@code summarise}: the input's column after the tables' is a {@link BatchSummary} struct,
    * and each task returns its rows' summary (see this class's comment).
@@ -239,24 +244,37 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
    *     is), and the tasks' summaries
    */
   public static Outcome write(
-      RDD<InternalRow> input,
+      QueryExecution query,
       TableOutput[] outputs,
       int tasks,
       boolean interpreted,
       boolean summarise) {
     String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
     MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise);
+    RDD<InternalRow> input = interpreted ? query.executedPlan().execute() : query.toRdd();
     SparkContext context = input.sparkContext();
-    String before = context.getLocalProperty(FACTORY_MODE);
-    List<TaskOutput> results;
+    Map<String, String> set = new HashMap<>();
     if (interpreted) {
-      context.setLocalProperty(FACTORY_MODE, "NO_CODEGEN");
+      Map<String, String> conf =
+          CollectionConverters.asJava(query.sparkSession().sessionState().conf().getAllConfs());
+      for (Map.Entry<String, String> e : conf.entrySet()) {
+        if (e.getKey().startsWith("spark")) {
+          set.put(e.getKey(), e.getValue());
+        }
+      }
+      set.put(FACTORY_MODE, "NO_CODEGEN");
     }
+    Map<String, String> before = new HashMap<>();
+    for (Map.Entry<String, String> e : set.entrySet()) {
+      before.put(e.getKey(), context.getLocalProperty(e.getKey()));
+      context.setLocalProperty(e.getKey(), e.getValue());
+    }
+    List<TaskOutput> results;
     try {
       results = input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
     } finally {
-      if (interpreted) {
-        context.setLocalProperty(FACTORY_MODE, before);
+      for (Map.Entry<String, String> e : before.entrySet()) {
+        context.setLocalProperty(e.getKey(), e.getValue());
       }
     }
     Written[] out = new Written[outputs.length];
