@@ -9,6 +9,8 @@ them on the driver:
 
 * :func:`latest` — ``DeltaLog.update()``: one listing of ``_delta_log`` (and the new commit
   files), the snapshot every later call of the batch reuses;
+* :func:`describe` — the snapshot's version, ``metaData`` action and listed commit files, in
+  one call;
 * :func:`commit_lines` — the JSON lines of one commit file, read through the table's
   ``LogStore`` (the engine's own reader, so object stores and staged commits work as they
   do for Delta);
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import threading
 import time
 import weakref
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 #: per-batch cost figure tests and benchmarks check.
 LOG_READS: Counter[str] = Counter()
 _lock = threading.Lock()
-
-_COMMIT_FILE = re.compile(r"(\d{20})(?:\.[0-9a-fA-F-]+)?\.json$")
 
 
 #: The JVM classes this module calls, per gateway (a stopped and restarted SparkContext has a
@@ -89,7 +88,8 @@ def _class_type() -> type:
 
 
 def _none(spark: SparkSession) -> Any:
-    return _class(spark, "scala.Option").empty()
+    """Scala's ``None`` (an immutable singleton: asked once per gateway)."""
+    return getattr(_class(spark, "scala.None$"), "MODULE$")
 
 
 def delta_log(spark: SparkSession, uri: str) -> Any:
@@ -127,78 +127,41 @@ def snapshot_at(spark: SparkSession, log: Any, version: int) -> Any:
         return log.getSnapshotAt(version, _none(spark), _none(spark))
 
 
-class CommitFiles:
-    """The commit files (Hadoop ``FileStatus``) a snapshot's log segment lists: the commits
-    since its checkpoint, staged (not yet backfilled) ones included, each asked by version.
+@dataclass(frozen=True, slots=True)
+class SnapshotFacts:
+    """What a look at a table reads of its snapshot, in one call (:func:`describe`)."""
 
-    A log segment's commits are consecutive versions ending at the snapshot's, so version
-    ``v``'s file is the one ``version - v`` places from the end: a few py4j calls, where a walk
-    of the list costs three per commit (up to a checkpoint interval of them). The file found is
-    checked against its name; a segment not laid out so is walked once."""
-
-    def __init__(self, snapshot: Any) -> None:
-        self._snapshot = snapshot
-        self._deltas: Any = None
-        self._size = 0
-        self._version = -1
-        self._walked: dict[int, Any] | None = None
-
-    def get(self, version: int) -> Any | None:
-        """The commit file of ``version`` (None: the segment does not list it)."""
-        if self._walked is not None:
-            return self._walked.get(version)
-        if self._deltas is None:
-            self._deltas = self._snapshot.logSegment().deltas()
-            self._size = int(self._deltas.size())
-            self._version = int(self._snapshot.version())
-        index = self._size - 1 - (self._version - version)
-        if 0 <= index < self._size:
-            status = self._deltas.apply(index)
-            if _commit_version(status) == version:
-                return status
-        elif index < 0 and self._size:
-            first = _commit_version(self._deltas.apply(0))
-            if first is not None and first > version:
-                return None  # before the segment's first commit (its checkpoint has it)
-        self._walked = {}
-        for i in range(self._size):
-            status = self._deltas.apply(i)
-            found = _commit_version(status)
-            if found is not None:
-                self._walked[found] = status
-        return self._walked.get(version)
+    version: int
+    #: the table's ``_delta_log``
+    log_path: str
+    #: the ``metaData`` action as the log writes it (id, schema string, properties, ...);
+    #: empty before the table's first commit
+    metadata: Mapping[str, Any]
+    #: each commit file the snapshot's log segment lists (the commits since its checkpoint,
+    #: staged ones included): version -> (length, modification time)
+    commits: Mapping[int, tuple[int, int]]
 
 
-def _commit_version(status: Any) -> int | None:
-    """The version a commit file (Hadoop ``FileStatus``) holds, by its name; None for a file
-    not named as a commit."""
-    match = _COMMIT_FILE.search(str(status.getPath().getName()))
-    return int(match.group(1)) if match else None
+def describe(spark: SparkSession, snapshot: Any) -> SnapshotFacts:
+    """The snapshot's version, log location, ``metaData`` action and listed commit files,
+    in one py4j call (``dev.lakehouse.log.SnapshotLook``), where walking Delta's Scala objects
+    costs one per method and a JVM object to release per result."""
+    facts = json.loads(str(_class(spark, "dev.lakehouse.log.SnapshotLook").describe(snapshot)))
+    return SnapshotFacts(
+        version=int(facts["version"]),
+        log_path=str(facts["logPath"]),
+        metadata=facts["metaData"] or {},
+        commits={int(v): (int(n), int(t)) for v, n, t in facts["commits"]},
+    )
 
 
-def file_stamp(status: Any) -> tuple[int, int]:
-    """``(length, modification time)`` of a Hadoop ``FileStatus``."""
-    return int(status.getLen()), int(status.getModificationTime())
-
-
-def commit_lines(spark: SparkSession, log: Any, version: int, status: Any | None) -> list[str]:
+def commit_lines(spark: SparkSession, log: Any, version: int, snapshot: Any | None) -> list[str]:
     """The JSON lines of the commit that created ``version`` ([] when the log no longer has
-    it). ``status`` is its ``FileStatus`` when the snapshot lists it; otherwise the backfilled
-    file ``_delta_log/<version>.json`` is read."""
-    conf = log.newDeltaHadoopConf()
-    store = log.store()
-    try:
-        if status is not None:
-            seq = store.read(status, conf)
-        else:
-            path = _class(spark, "org.apache.hadoop.fs.Path")(log.logPath(), f"{version:020d}.json")
-            seq = store.read(path, conf)
-    except Exception as e:  # py4j wraps java.io.FileNotFoundException
-        if "FileNotFoundException" in str(e) or "does not exist" in str(e):
-            return []
-        raise
-    text: str = seq.mkString("\n")
-    return text.split("\n") if text else []
+    it), read through the table's ``LogStore`` (the engine's own reader, so object stores and
+    staged commits work as they do for Delta): the file ``snapshot``'s log segment lists for
+    it, or else the backfilled ``_delta_log/<version>.json``. One py4j call."""
+    text = _class(spark, "dev.lakehouse.log.SnapshotLook").read(log, snapshot, version)
+    return str(text).split("\n") if text else []
 
 
 def transactions(snapshot: Any) -> dict[str, int]:
@@ -235,11 +198,6 @@ def schema_json(snapshot: Any) -> str:
     return str(snapshot.schema().json())
 
 
-def partition_columns(snapshot: Any) -> list[str]:
-    cols = snapshot.metadata().partitionColumns()
-    return [str(cols.apply(i)) for i in range(cols.size())]
-
-
 def reader_features(snapshot: Any) -> tuple[int, list[str]]:
     """``(minReaderVersion, readerFeatures)`` of the snapshot's protocol."""
     protocol = snapshot.protocol()
@@ -264,8 +222,8 @@ class Staged:
     txn: Any
     actions: Any
     tags: Any
-    #: the commit's ``WRITE`` operation, given its ``userMetadata`` (the text or None)
-    operation: Callable[[str | None], Any]
+    #: the commit's ``WRITE`` operation, without ``userMetadata`` (:func:`commit_on` sets it)
+    operation: Any
 
     def paths(self) -> list[str]:
         """The data files written (their paths relative to the table), uncommitted."""
@@ -403,50 +361,49 @@ def _removes(spark: SparkSession, adds: Sequence[str]) -> tuple[Any, int, int]:
     return converters.asScala(out).toSeq(), len(adds), size
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What :func:`commit_on` committed: the version (None: nothing to commit), and that
+    version again when it is due for a checkpoint the caller writes (None: not due, or Delta
+    wrote its own)."""
+
+    version: int | None
+    due: int | None = None
+
+
 def commit_on(
     staged: Staged,
     user_metadata: str | None,
     *,
     before_commit: Callable[[], None] = lambda: None,
     defer_checkpoint: bool = False,
-) -> int | None:
+) -> Committed:
     """Commit what :func:`stage_on` wrote, with Delta's ``WRITE`` operation and
     ``user_metadata`` as the commit's ``userMetadata``, after Delta's conflict check against
     every commit since the staged transaction's snapshot. ``before_commit`` runs first (a
-    failpoint).
+    failpoint). The commit is one py4j call (``dev.lakehouse.write.StagedCommit``).
 
     ``defer_checkpoint``: the commit runs Delta's post-commit hooks except its checkpoint, and
-    returns the committed version when that version is due for one (a multiple of the table's
+    says when the committed version is due for one (a multiple of the table's
     ``delta.checkpointInterval``), for the caller to write later
-    (:mod:`lakehouse.delta.checkpointer`). None otherwise, and always when Delta wrote its own
-    checkpoint (not deferred, or this delta-spark's hooks are not where this looks)."""
+    (:mod:`lakehouse.delta.checkpointer`). Never due when Delta wrote its own checkpoint (not
+    deferred, or this delta-spark's hooks are not where this looks)."""
     before_commit()
-    txn = staged.txn
-    deferred = defer_checkpoint and _without_checkpoint_hook(staged.spark, txn)
-    committed = txn.commitIfNeeded(staged.actions, staged.operation(user_metadata), staged.tags)
-    if not deferred or not committed.isDefined():
-        return None
-    version = int(committed.get())
-    interval = int(txn.deltaLog().checkpointInterval(txn.metadata()))
-    return version if version != 0 and interval > 0 and version % interval == 0 else None
-
-
-def _without_checkpoint_hook(spark: SparkSession, txn: Any) -> bool:
-    """Take Delta's ``CheckpointHook`` off the transaction's post-commit hooks (its checkpoint
-    then runs only when the caller asks); False, with the hooks unchanged, where this
-    delta-spark keeps them elsewhere."""
-    from py4j.protocol import Py4JError
-
-    try:
-        hooks = txn.postCommitHooks()  # Scala's protected val: public in the bytecode
-        hook = getattr(_class(spark, "org.apache.spark.sql.delta.hooks.CheckpointHook$"), "MODULE$")
-        index = int(hooks.indexOf(hook))
-        if index < 0:
-            return False
-        hooks.remove(index)
-    except Py4JError:
-        return False
-    return True
+    commit = _class(staged.spark, "dev.lakehouse.write.StagedCommit").commit
+    answer = str(
+        commit(
+            staged.txn,
+            staged.actions,
+            staged.operation,
+            user_metadata,
+            staged.tags,
+            defer_checkpoint,
+        )
+    )
+    version, due = (int(part) for part in answer.split())
+    if version < 0:
+        return Committed(None)
+    return Committed(version, version if due else None)
 
 
 def write_on(
@@ -460,7 +417,7 @@ def write_on(
     replacing: Sequence[str] | None = None,
     before_commit: Callable[[], None] = lambda: None,
     defer_checkpoint: bool = False,
-) -> int | None:
+) -> Committed:
     """:func:`stage_on`, then :func:`commit_on` with the ``userMetadata`` option: what
     ``DataFrameWriter.save`` does with these options, without Delta's own look-up of
     ``txnAppId``. ``before_commit`` runs after the data files are written, before the commit.
@@ -506,11 +463,10 @@ class StagedRows:
     max_event_time_ms: int | None
 
 
-def _write_operation(
-    spark: SparkSession, save_mode: Any, merge: Any
-) -> Callable[[str | None], Any]:
-    """Delta's ``WRITE`` operation of an append or overwrite (``save_mode``), given the commit's
-    ``userMetadata``: its signature tried now, so that a commit cannot meet another."""
+def _write_operation(spark: SparkSession, save_mode: Any, merge: Any) -> Any:
+    """Delta's ``WRITE`` operation of an append or overwrite (``save_mode``), without
+    ``userMetadata`` (:func:`commit_on` sets the commit's): made now, so that a commit cannot
+    meet a signature this delta-spark lacks."""
     from py4j.protocol import Py4JError, Py4JJavaError
 
     none = _none(spark)
@@ -518,22 +474,11 @@ def _write_operation(
     nil = getattr(_class(spark, "scala.collection.immutable.Nil$"), "MODULE$")
     write_class = _class(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")
     try:  # delta-spark 4.4 (pinned in jvm/spark)
-        write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
-
-        def operation(text: str | None) -> Any:
-            return write_class(
-                save_mode, some(nil), none, some(text), none, none, merge, none, none
-            )
+        return write_class(save_mode, some(nil), none, none, none, none, merge, none, none)
     except Py4JError as e:  # delta-spark 4.0 (jvm/spark-4.0): fewer arguments
         if isinstance(e, Py4JJavaError):
             raise
-
-        write_class(save_mode, some(nil), none, none)
-
-        def operation(text: str | None) -> Any:
-            return write_class(save_mode, some(nil), none, some(text))
-
-    return operation
+        return write_class(save_mode, some(nil), none, none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,10 +508,11 @@ _WRITERS: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], _Writer]] = (
 _WRITERS_KEPT = 256
 
 
-def _writer(spark: SparkSession, jdf: Any, table: TableRows, txn: Any) -> _Writer:
-    """The table's :class:`_Writer` for a write of ``table``'s rows on ``txn``, made as
-    Delta's ``TransactionalWrite.writeFiles`` makes its parts, and kept for the next write of
-    the same :attr:`TableRows.writer_key`.
+def _writer(spark: SparkSession, jdf: Any, table: TableRows) -> _Writer:
+    """The table's :class:`_Writer` for a write of ``table``'s rows, made as Delta's
+    ``TransactionalWrite.writeFiles`` makes its parts (on a transaction started from the
+    batch's snapshot for the purpose, never committed), and kept for the next write of the
+    same :attr:`TableRows.writer_key`.
 
     Each part is a function of the table's metadata (its schema and ``delta.*`` settings),
     the rows' type and the session's settings as they were when it was made: Delta's
@@ -584,6 +530,7 @@ def _writer(spark: SparkSession, jdf: Any, table: TableRows, txn: Any) -> _Write
     delta = "org.apache.spark.sql.delta"
     session = spark._jsparkSession
     log = table.log
+    txn = log.startTransaction(_none(spark), _class(spark, "scala.Option").apply(table.jsnapshot))
     metadata = txn.metadata()
     # as Delta makes a write's output (makeOutputNullable)
     schema = _class(spark, f"{delta}.schema.SchemaUtils").typeAsNullable(table.schema)
@@ -614,76 +561,49 @@ def _writer(spark: SparkSession, jdf: Any, table: TableRows, txn: Any) -> _Write
     return made
 
 
-@dataclass(frozen=True, slots=True)
-class _Output:
-    """A table's writer for :func:`stage_tables`: its transaction, commit protocol, statistics
-    tracker (None: Delta collects none) and the JVM ``TableOutput`` the tasks get."""
-
-    txn: Any
-    committer: Any
-    stats: Any | None
-    output: Any
-
-
-def _prepare_output(spark: SparkSession, jdf: Any, table: TableRows, shared: Any) -> _Output:
-    """What Delta's ``TransactionalWrite.writeFiles`` gives Spark's file writer for an append
-    of rows of ``table.schema`` to the table, on a transaction started from its snapshot."""
-    datasources = "org.apache.spark.sql.execution.datasources"
-    session = spark._jsparkSession
-    gateway: Any = spark.sparkContext._gateway
-    none = _none(spark)
-    some = _class(spark, "scala.Option").apply
-    basic = _class(spark, f"{datasources}.BasicWriteJobStatsTracker")
-    txn = table.log.startTransaction(none, some(table.jsnapshot))
-    writer = _writer(spark, jdf, table, txn)
-    # the commit's operation metrics (files, rows, bytes), as Delta's writer registers them
-    history = basic(shared, basic.metrics())
-    txn.registerSQLMetrics(session, history.driverSideMetrics())
-    trackers = [history] if writer.stats is None else [writer.stats, history]
-    jtrackers = gateway.new_array(
-        _class(spark, f"{datasources}.WriteJobStatsTracker"), len(trackers)
-    )
-    for k, tracker in enumerate(trackers):
-        jtrackers[k] = tracker
-    committer = txn.getCommitter(writer.data_path)
-    output = _class(spark, "dev.lakehouse.write.TableOutput")(
-        committer,
-        writer.factory,
-        writer.conf,
-        shared,
-        writer.schema,
-        jtrackers,
-        table.event_time,
-    )
-    return _Output(txn, committer, writer.stats, output)
-
-
 def _prepare_outputs(
     spark: SparkSession, jdf: Any, tables: Sequence[TableRows | None], workers: int
-) -> tuple[list[_Output], Any]:
-    """Each chosen table's writer (in the order of ``tables``, None left out) and the JVM
-    array of their ``TableOutput`` (null where ``tables`` holds None), ``workers`` prepared at
-    once. The outputs share one Hadoop configuration (the first table's), each carrying the
-    keys where its own differs, and a statistics tracker's copy of a configuration equal to it
-    is that one object: what the tasks read once, not once per table."""
+) -> Any:
+    """Each chosen table prepared for the joint write (``dev.lakehouse.write.JointTables``:
+    what Delta's ``TransactionalWrite.writeFiles`` gives Spark's file writer for an append of
+    rows of ``table.schema`` to the table, on a transaction started from its snapshot; one
+    py4j call per table, its writer parts kept between batches by :func:`_writer`),
+    ``workers`` at once. The outputs share one Hadoop configuration (the first table's), each
+    carrying the keys where its own differs, and a statistics tracker's copy of a
+    configuration equal to it is that one object: what the tasks read once, not once per
+    table."""
     from concurrent.futures import ThreadPoolExecutor
 
-    gateway: Any = spark.sparkContext._gateway
-    chosen = [t for t in tables if t is not None]
+    chosen = [(i, t) for i, t in enumerate(tables) if t is not None]
     shared = _class(spark, "org.apache.spark.util.SerializableConfiguration")(
-        chosen[0].log.newDeltaHadoopConf()
+        chosen[0][1].log.newDeltaHadoopConf()
     )
+    joint = _class(spark, "dev.lakehouse.write.JointTables")(len(tables), shared)
+    session = spark._jsparkSession
+
+    def prepare(item: tuple[int, TableRows]) -> None:
+        index, table = item
+        writer = _writer(spark, jdf, table)
+        joint.prepare(
+            index,
+            table.log,
+            table.jsnapshot,
+            session,
+            writer.factory,
+            writer.conf,
+            writer.schema,
+            writer.stats,
+            writer.data_path,
+            table.event_time,
+        )
+
     if workers > 1 and len(chosen) > 1:
         with ThreadPoolExecutor(min(workers, len(chosen))) as pool:
-            outputs = list(pool.map(lambda t: _prepare_output(spark, jdf, t, shared), chosen))
+            list(pool.map(prepare, chosen))
     else:
-        outputs = [_prepare_output(spark, jdf, t, shared) for t in chosen]
-    joutputs = gateway.new_array(_class(spark, "dev.lakehouse.write.TableOutput"), len(tables))
-    prepared = iter(outputs)
-    for i, table in enumerate(tables):
-        if table is not None:
-            joutputs[i] = next(prepared).output
-    return outputs, joutputs
+        for item in chosen:
+            prepare(item)
+    return joint
 
 
 def _parquet_options(spark: SparkSession, metadata: Any) -> Any:
@@ -740,34 +660,31 @@ def stage_tables(
 
     chosen = [(i, t) for i, t in enumerate(tables) if t is not None]
     try:
-        outputs, joutputs = _prepare_outputs(spark, jdf, tables, workers)
+        joint = _prepare_outputs(spark, jdf, tables, workers)
         write = _class(spark, "dev.lakehouse.write.MultiTableWrite").write
         operation = _write_operation(
             spark, _class(spark, "org.apache.spark.sql.SaveMode").Append, _none(spark)
         )
         # Delta's auto-compaction hook, which the staged commits register (StagedActions)
         getattr(_class(spark, "org.apache.spark.sql.delta.hooks.AutoCompact$"), "MODULE$")
-        staged_actions = _class(spark, "dev.lakehouse.write.StagedActions").make
         query = jdf.queryExecution()
     except Py4JError as e:
         if isinstance(e, Py4JJavaError) and "ClassNotFound" not in str(e):
             raise
         raise Unsupported(str(e).splitlines()[0]) from e
-    outcome = write(query, joutputs, max_files, interpreted, summarise)
+    outcome = write(query, joint.outputs(), max_files, interpreted, summarise)
     written = json.loads(str(outcome.writtenJson()))
     tags = _class(spark, "scala.collection.immutable.HashMap")()
     now = int(time.time() * 1000)
     out: list[StagedRows | None] = [None] * len(tables)
-    for (i, table), prepared in zip(chosen, outputs, strict=True):
+    for i, table in chosen:
         # the actions as Delta's writer makes them, and the transaction readied for them
-        actions = staged_actions(
-            prepared.txn, prepared.committer, prepared.stats, table.app_id, table.version, now
-        )
+        actions = joint.actions(i, table.app_id, table.version, now)
         rows, biggest = written[i]
         out[i] = StagedRows(
             staged=Staged(
                 spark=spark,
-                txn=prepared.txn,
+                txn=joint.txn(i),
                 actions=actions,
                 tags=tags,
                 operation=operation,

@@ -108,18 +108,17 @@ class TableSnapshot:
         self.uri = uri
         self._log = log
         self._jsnapshot = jsnapshot
-        version = int(jsnapshot.version()) if jsnapshot is not None else -1
+        #: the version, ``metaData`` action and listed commit files, read once (one py4j call)
+        self._facts = _engine.describe(spark, jsnapshot) if jsnapshot is not None else None
+        version = self._facts.version if self._facts is not None else -1
         self.exists = version >= 0
         self.version = version if self.exists else -1
-        #: the ``metaData`` action (id, schema, properties), read once (two py4j calls)
-        self._metadata: Mapping[str, Any] = _engine.metadata(jsnapshot) if self.exists else {}
+        self._metadata: Mapping[str, Any] = self._facts.metadata if self._facts else {}
         self.properties: Mapping[str, str] = _engine.properties_of(self._metadata)
         self._schema: StructType | None = None
         self._commits: dict[int, CommitInfo | None] = {}
-        self._files: _engine.CommitFiles | None = None
         self._txns: dict[str, int] | None = None
         self._live: dict[int, list[str] | None] = {}  # live_adds by limit
-        self._log_key: tuple[str, str] | None = None  # (log path, table id), asked once
 
     def __repr__(self) -> str:
         return f"TableSnapshot({self.uri!r}, version={self.version})"
@@ -140,6 +139,11 @@ class TableSnapshot:
             self._schema = StructType.fromJson(json.loads(text)) if text else StructType([])
         return self._schema
 
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        """The table's partition columns (none when there is no table)."""
+        return tuple(str(c) for c in self._metadata.get("partitionColumns") or ())
+
     def require(self) -> TableSnapshot:
         """Return self; raise :class:`TableNotFoundError` when there is no table."""
         if not self.exists:
@@ -152,19 +156,15 @@ class TableSnapshot:
             return None
         if version not in self._commits:
             # a version of a table is committed once: its parse is kept for the process
-            if self._log_key is None:
-                self._log_key = (str(self._log.logPath()), self.table_id)
-            if self._files is None:
-                self._files = _engine.CommitFiles(self._jsnapshot)
-            status = self._files.get(version)
+            assert self._facts is not None  # a table exists: it has a snapshot
             # the file's length and time where the listing gave them: a torn newest commit
             # that `lakehouse repair` removed is written again, as another file
-            stamp = (-1, -1) if status is None else _engine.file_stamp(status)
-            known = (*self._log_key, version, *stamp)
+            stamp = self._facts.commits.get(version, (-1, -1))
+            known = (self._facts.log_path, self.table_id, version, *stamp)
             with _parsed_lock:
                 found = _PARSED_COMMITS.get(known)
             if found is None:
-                lines = _engine.commit_lines(self.spark, self._log, version, status)
+                lines = _engine.commit_lines(self.spark, self._log, version, self._jsnapshot)
                 found = _parse_commit(version, lines) if lines else None
                 if found is not None:
                     with _parsed_lock:
@@ -245,12 +245,10 @@ class TableSnapshot:
     def _live_adds(self, limit: int) -> list[str] | None:
         if not self.exists:
             return None
-        if self._files is None:
-            self._files = _engine.CommitFiles(self._jsnapshot)
         for version in range(self.version, max(self.version - limit, -1) - 1, -1):
             if version < 0:
                 return []  # only metadata commits since the table was created: no files
-            lines = _engine.commit_lines(self.spark, self._log, version, self._files.get(version))
+            lines = _engine.commit_lines(self.spark, self._log, version, self._jsnapshot)
             if not lines:
                 return None
             added, changed = _overwrite_adds(lines)
@@ -271,7 +269,7 @@ class TableSnapshot:
         return (
             set(features) <= FILE_READABLE_FEATURES
             and mapping == "none"
-            and not _engine.partition_columns(self._jsnapshot)
+            and not self.partition_columns
         )
 
 

@@ -294,6 +294,13 @@ def _refused(
     raise e
 
 
+def _compact_every(spark: SparkSession) -> int:
+    """The session's :data:`COMPACT_EVERY_CONF` (:data:`COMPACT_EVERY_VERSIONS` unset)."""
+    return int(
+        spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS)) or COMPACT_EVERY_VERSIONS
+    )
+
+
 def _finish(
     spark: SparkSession,
     uri: str,
@@ -309,10 +316,7 @@ def _finish(
     info = after.commit(after.version)
     before = snap.version if snap.exists else -1
     if compact_every is None:
-        compact_every = int(
-            spark.conf.get(COMPACT_EVERY_CONF, str(COMPACT_EVERY_VERSIONS))
-            or COMPACT_EVERY_VERSIONS
-        )
+        compact_every = _compact_every(spark)
     if mode == "append" and _crossed(before, after.version, compact_every):
         try:
             compact_files(uri, spark=spark)
@@ -351,6 +355,9 @@ class StagedAppend:
     creates: Mapping[str, str] | None = None
     #: what the write itself counted, when it did (:func:`stage_appends`), by alias
     observed: Mapping[str, Any] | None = None
+    #: whether the commit leaves its checkpoint to :mod:`.checkpointer` (None: the session's
+    #: setting at the commit, :func:`checkpointer.deferred`)
+    defer_checkpoint: bool | None = None
 
     def metrics(self, wait_s: float = METRICS_WAIT_S) -> dict[str, Any] | None:
         """The values of the ``observe`` expressions over the rows written, by alias. Spark
@@ -381,16 +388,22 @@ class StagedAppend:
         when a commit since the snapshot conflicts (the same batch by another copy of the
         pipeline: reported as skipped)."""
         try:
-            due = _engine.commit_on(
+            committed = _engine.commit_on(
                 self.staged,
                 _user_metadata(metadata),
                 before_commit=lambda: failpoint("delta.before_commit", self.txn[1]),
-                defer_checkpoint=checkpointer.deferred(self.spark),
+                defer_checkpoint=(
+                    checkpointer.deferred(self.spark)
+                    if self.defer_checkpoint is None
+                    else self.defer_checkpoint
+                ),
             )
         except Exception as e:
             return _refused(e, self.spark, self.uri, self.txn)
-        if due is not None:
-            checkpointer.schedule(self.spark, self.snap._log, self.uri, due, batch_id=self.txn[1])
+        if committed.due is not None:
+            checkpointer.schedule(
+                self.spark, self.snap._log, self.uri, committed.due, batch_id=self.txn[1]
+            )
         return _finish(
             self.spark,
             self.uri,
@@ -546,6 +559,7 @@ def stage_appends(
     snaps: list[TableSnapshot | None] = []
     jfields = df._jdf.schema().fields()
     fields = df.schema.fields[:-1] if summarise else df.schema.fields
+    reshapes = _session_reshapes(spark)
     for i, (field, uri) in enumerate(zip(fields, uris, strict=True)):
         snap = snapshot(uri, spark=spark)
         rows_type = field.dataType
@@ -554,7 +568,8 @@ def stage_appends(
             and snap.exists
             and _direct_on(snap, spark)
             and not snap.records(*txn)
-            and _takes_as_is(snap, rows_type, spark)
+            and not reshapes
+            and _takes_as_is(snap, rows_type)
         )
         names = rows_type.names if isinstance(rows_type, StructType) else []
         tables.append(
@@ -594,6 +609,9 @@ def stage_appends(
     except _engine.Unsupported as e:
         _refuse_together(str(e))
         return JointWrite(out, None)
+    # the session's settings for every table's commit, read once
+    every = _compact_every(spark) if compact_every is None else compact_every
+    defer = checkpointer.deferred(spark)
     for i, (taken, rows) in enumerate(zip(snaps, written, strict=True)):
         if taken is not None and rows is not None:
             out[i] = StagedAppend(
@@ -603,19 +621,29 @@ def stage_appends(
                 snap=taken,
                 staged=rows.staged,
                 observation=None,
-                compact_every=compact_every,
+                compact_every=every,
                 observed={"n": rows.count, "m": rows.max_event_time_ms},
+                defer_checkpoint=defer,
             )
     return JointWrite(out, tuple(summaries) if summarise else None)
 
 
-def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -> bool:
+def _session_reshapes(spark: SparkSession) -> bool:
+    """Whether the session asks Delta's writer to reshape a write's files: optimized writes,
+    or a row limit per file (then no table takes rows as they are, :func:`_takes_as_is`)."""
+    return spark.conf.get(
+        "spark.databricks.delta.optimizeWrite.enabled", "false"
+    ) == "true" or spark.conf.get("spark.sql.files.maxRecordsPerFile", "0") not in ("0", "")
+
+
+def _takes_as_is(snap: TableSnapshot, schema: StructType) -> bool:
     """Whether Delta's writer would write rows of ``schema`` to the table without reshaping
-    them or their files: the schema is the table's (nullable, as Delta makes a write's output),
-    the table has no partition columns, column mapping, constraints, generated, identity or
-    char/varchar columns, and neither it nor the session asks for optimized writes, random
-    file prefixes, Iceberg compatibility, variant shredding or a row limit per file."""
-    if as_nullable(schema) != snap.schema or _engine.partition_columns(snap._jsnapshot):
+    them or their files, in a session that does not ask for it (:func:`_session_reshapes`):
+    the schema is the table's (nullable, as Delta makes a write's output), the table has no
+    partition columns, column mapping, constraints, generated, identity or char/varchar
+    columns, and it does not ask for optimized writes, random file prefixes, Iceberg
+    compatibility, variant shredding or a row limit per file."""
+    if as_nullable(schema) != snap.schema or snap.partition_columns:
         return False
     props = snap.properties
     if props.get("delta.columnMapping.mode", "none") != "none":
@@ -623,10 +651,6 @@ def _takes_as_is(snap: TableSnapshot, schema: StructType, spark: SparkSession) -
     if any(k.startswith("delta.constraints.") for k in props):
         return False
     if any(props.get(k, "").lower() == v for k, v in _RESHAPING_PROPERTIES.items()):
-        return False
-    if spark.conf.get("spark.databricks.delta.optimizeWrite.enabled", "false") == "true":
-        return False
-    if spark.conf.get("spark.sql.files.maxRecordsPerFile", "0") not in ("0", ""):
         return False
     return not any(
         key.startswith(("delta.", "__CHAR_VARCHAR")) or key == "CURRENT_DEFAULT"
@@ -670,7 +694,7 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
         return False
     batch_id = int(options["txnVersion"])
     try:
-        due = _engine.write_on(
+        committed = _engine.write_on(
             spark,
             snap._log,
             snap._jsnapshot,
@@ -686,8 +710,8 @@ def _write_on(data: DataFrame, snap: TableSnapshot, mode: str, options: dict[str
     except _engine.Unsupported as e:
         _refuse_direct(str(e))
         return False
-    if due is not None:
-        checkpointer.schedule(spark, snap._log, snap.uri, due, batch_id=batch_id)
+    if committed.due is not None:
+        checkpointer.schedule(spark, snap._log, snap.uri, committed.due, batch_id=batch_id)
     return True
 
 

@@ -314,7 +314,7 @@ def test_a_direct_write_commits_what_delta_s_writer_commits(spark, tmp_path, mon
 
     def counted(*args, **kwargs):
         direct.append(kwargs.get("replacing") is not None)
-        real(*args, **kwargs)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(_engine, "write_on", counted)
     run(str(tmp_path / "direct"))

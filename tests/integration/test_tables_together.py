@@ -206,8 +206,8 @@ def test_the_joint_write_sends_its_tasks_one_hadoop_configuration_for_all_its_ta
                     event_time=-1,
                 )
             )
-        _, joutputs = _engine._prepare_outputs(spark, df._jdf, tables, 1)
-        return len(spark._jvm.org.apache.spark.util.Utils.serialize(joutputs))
+        joint = _engine._prepare_outputs(spark, df._jdf, tables, 1)
+        return len(spark._jvm.org.apache.spark.util.Utils.serialize(joint.outputs()))
 
     one, three = outputs_bytes(1), outputs_bytes(len(uris))
     # each table's own copy would make three tables' outputs about three times one table's
