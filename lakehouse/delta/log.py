@@ -417,10 +417,13 @@ def snapshot(uri: str, *, spark: SparkSession | None = None) -> TableSnapshot:
     return snap
 
 
-def _after_write(spark: SparkSession, uri: str) -> TableSnapshot:
+def _after_write(spark: SparkSession, uri: str, *, log: Any = None) -> TableSnapshot:
     """The table as this process's own commit left it: the snapshot Delta installed after the
-    commit (no listing of the log). Replaces the batch scope's snapshot of the table."""
-    log = _engine.delta_log(spark, uri)
+    commit (no listing of the log). Replaces the batch scope's snapshot of the table. ``log``:
+    the table's ``DeltaLog`` the commit was made through (None: looked up, which copies the
+    session's Hadoop configuration)."""
+    if log is None:
+        log = _engine.delta_log(spark, uri)
     snap = TableSnapshot(spark, uri, log=log, jsnapshot=_engine.installed(log))
     scope = _scope.get()
     if scope is not None:

@@ -312,7 +312,7 @@ def _finish(
 ) -> WriteResult:
     """After a commit on ``snap``: the table as the commit left it, its small files compacted
     when the commit crossed a multiple of ``compact_every``, and what was written."""
-    after = _after_write(spark, uri)
+    after = _after_write(spark, uri, log=snap._log)
     info = after.commit(after.version)
     before = snap.version if snap.exists else -1
     if compact_every is None:
