@@ -182,6 +182,15 @@ def test_batches_in_one_pass_write_what_two_jobs_write(spark, tmp_path, with_sch
     if dlq:
         dead = json.dumps(_table(spark, str(one / "dlq"), one))
         assert dead.count("missing_key") == 1 and dead.count("<root>") == 0, dead
+    # a batch in one pass of a few rows is one task: each table's rows are one file
+    for name in NAMES:
+        for c in delta.history(str(one / name)):
+            batch = c.metadata.get("lakehouse.batchId")
+            if batch is None or not passes[int(batch)] or not c.rows:
+                continue
+            lines = (one / name / "_delta_log" / f"{c.version:020d}.json").read_text()
+            adds = [line for line in lines.splitlines() if line.startswith('{"add"')]
+            assert len(adds) == 1, (name, c.version, adds)
     # a miss leaves no file of its foreseen rows: a file no version names holds no row (Delta's
     # writer leaves an empty one where a task of a table's own write had none)
     for name in NAMES:
