@@ -49,9 +49,15 @@ public final class JointTables {
    * transaction's commit protocol for {@code dataPath}, and the {@link TableOutput} the job's
    * tasks get.
    *
+   * @param index the table's place in the write (its column of the input)
+   * @param log the table's {@code DeltaLog}
+   * @param snapshot the snapshot the batch read, which the transaction starts from
    * @param session the Spark session (Delta registers the commit's metrics with it)
-   * @param factory, conf, schema, deltaStats the table's writer parts (Delta's Parquet writer
-   *     factory, its Hadoop configuration, the rows' schema, Delta's statistics tracker or null)
+   * @param factory the table's Parquet writer factory (its file format's {@code prepareWrite})
+   * @param conf the Hadoop configuration the factory was prepared with
+   * @param schema the rows' schema as Delta writes it (nullable)
+   * @param deltaStats Delta's statistics tracker of the table, or null where it collects none
+   * @param dataPath the table's data directory
    * @param eventTime the ordinal of the schema's event-time column, or -1
    */
   public void prepare(
