@@ -344,9 +344,7 @@ def summary_in_tasks(decoded: Any, tasks: int = 2) -> Any:
     write = sc._jvm.dev.lakehouse.write
     rows = decoded.select(record_summary(decoded.schema))
     outputs = sc._gateway.new_array(write.TableOutput, 0)
-    outcome = write.MultiTableWrite.write(
-        rows._jdf.queryExecution().toRdd(), outputs, tasks, False, True
-    )
+    outcome = write.MultiTableWrite.write(rows._jdf.queryExecution(), outputs, tasks, False, True)
     return fold_tasks([str(t) for t in outcome.summaries()])
 
 
