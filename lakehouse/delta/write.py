@@ -553,13 +553,13 @@ def stage_appends(
         not uris
         or _together_refused is not None
         or spark.conf.get(TABLES_TOGETHER_CONF, "true") != "true"
+        or _session_reshapes(spark)
     ):
         return JointWrite(out, None)
     tables: list[_engine.TableRows | None] = []
     snaps: list[TableSnapshot | None] = []
     jfields = df._jdf.schema().fields()
     fields = df.schema.fields[:-1] if summarise else df.schema.fields
-    reshapes = _session_reshapes(spark)
     for i, (field, uri) in enumerate(zip(fields, uris, strict=True)):
         snap = snapshot(uri, spark=spark)
         rows_type = field.dataType
@@ -568,7 +568,6 @@ def stage_appends(
             and snap.exists
             and _direct_on(snap, spark)
             and not snap.records(*txn)
-            and not reshapes
             and _takes_as_is(snap, rows_type)
         )
         names = rows_type.names if isinstance(rows_type, StructType) else []

@@ -3,7 +3,6 @@ package dev.lakehouse.log;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Method;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -14,6 +13,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
+
+import dev.lakehouse.reflect.Delta;
 
 /**
  * What a look at a Delta table reads of a snapshot, in one call each from Python: the
@@ -44,11 +45,11 @@ public final class SnapshotLook {
    */
   public static String describe(Object snapshot) throws ReflectiveOperationException, IOException {
     ObjectNode out = JSON.createObjectNode();
-    long version = ((Number) call(snapshot, "version")).longValue();
+    long version = ((Number) Delta.call(snapshot, "version")).longValue();
     out.put("version", version);
-    out.put("logPath", call(call(snapshot, "deltaLog"), "logPath").toString());
+    out.put("logPath", Delta.call(Delta.call(snapshot, "deltaLog"), "logPath").toString());
     if (version >= 0) {
-      out.set("metaData", JSON.readTree((String) call(call(snapshot, "metadata"), "json")).get("metaData"));
+      out.set("metaData", JSON.readTree((String) Delta.call(Delta.call(snapshot, "metadata"), "json")).get("metaData"));
     } else {
       out.putNull("metaData");
     }
@@ -76,15 +77,15 @@ public final class SnapshotLook {
   public static String read(Object log, Object snapshot, long version)
       throws ReflectiveOperationException, IOException {
     FileStatus listed = snapshot == null ? null : listed(snapshot, version);
-    Object store = call(log, "store");
-    Configuration conf = (Configuration) call(log, "newDeltaHadoopConf");
+    Object store = Delta.call(log, "store");
+    Configuration conf = (Configuration) Delta.call(log, "newDeltaHadoopConf");
     Object lines;
     try {
       if (listed != null) {
         lines = store.getClass().getMethod("read", FileStatus.class, Configuration.class)
             .invoke(store, listed, conf);
       } else {
-        Path path = new Path((Path) call(log, "logPath"), String.format("%020d.json", version));
+        Path path = new Path((Path) Delta.call(log, "logPath"), String.format("%020d.json", version));
         lines = store.getClass().getMethod("read", Path.class, Configuration.class)
             .invoke(store, path, conf);
       }
@@ -101,7 +102,7 @@ public final class SnapshotLook {
   private static FileStatus listed(Object snapshot, long version)
       throws ReflectiveOperationException {
     scala.collection.Seq<?> deltas = deltas(snapshot);
-    long last = ((Number) call(snapshot, "version")).longValue();
+    long last = ((Number) Delta.call(snapshot, "version")).longValue();
     // a segment's commits are consecutive versions ending at the snapshot's
     int index = deltas.size() - 1 - (int) (last - version);
     if (index >= 0 && index < deltas.size()) {
@@ -122,17 +123,12 @@ public final class SnapshotLook {
 
   private static scala.collection.Seq<?> deltas(Object snapshot)
       throws ReflectiveOperationException {
-    return (scala.collection.Seq<?>) call(call(snapshot, "logSegment"), "deltas");
+    return (scala.collection.Seq<?>) Delta.call(Delta.call(snapshot, "logSegment"), "deltas");
   }
 
   /** The version a commit file holds by its name; -1 for a file not named as a commit. */
   private static long commitVersion(Path path) {
     Matcher m = COMMIT_FILE.matcher(path.getName());
     return m.find() ? Long.parseLong(m.group(1)) : -1;
-  }
-
-  private static Object call(Object target, String method) throws ReflectiveOperationException {
-    Method m = target.getClass().getMethod(method);
-    return m.invoke(target);
   }
 }

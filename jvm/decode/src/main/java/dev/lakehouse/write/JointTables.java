@@ -1,7 +1,5 @@
 package dev.lakehouse.write;
 
-import java.lang.reflect.Method;
-
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 
@@ -10,6 +8,8 @@ import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.execution.datasources.WriteJobStatsTracker;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.SerializableConfiguration;
+
+import dev.lakehouse.reflect.Delta;
 
 import scala.Option;
 
@@ -72,14 +72,14 @@ public final class JointTables {
       Path dataPath,
       int eventTime)
       throws ReflectiveOperationException {
-    Object txn = method(log, "startTransaction", 2).invoke(log, Option.empty(), Option.apply(snapshot));
+    Object txn = Delta.method(log, "startTransaction", 2).invoke(log, Option.empty(), Option.apply(snapshot));
     BasicWriteJobStatsTracker history =
         new BasicWriteJobStatsTracker(shared, BasicWriteJobStatsTracker.metrics());
-    method(txn, "registerSQLMetrics", 2).invoke(txn, session, history.driverSideMetrics());
+    Delta.method(txn, "registerSQLMetrics", 2).invoke(txn, session, history.driverSideMetrics());
     WriteJobStatsTracker[] trackers = deltaStats == null
         ? new WriteJobStatsTracker[] {history}
         : new WriteJobStatsTracker[] {deltaStats, history};
-    Object committer = method(txn, "getCommitter", 1).invoke(txn, dataPath);
+    Object committer = Delta.method(txn, "getCommitter", 1).invoke(txn, dataPath);
     TableOutput output = new TableOutput(
         (org.apache.spark.internal.io.FileCommitProtocol) committer,
         factory,
@@ -120,15 +120,5 @@ public final class JointTables {
       tracker = stats[index];
     }
     return StagedActions.make(txn, committer, tracker, appId, version, nowMillis);
-  }
-
-  private static Method method(Object target, String name, int parameters)
-      throws NoSuchMethodException {
-    for (Method m : target.getClass().getMethods()) {
-      if (m.getName().equals(name) && m.getParameterCount() == parameters) {
-        return m;
-      }
-    }
-    throw new NoSuchMethodException(target.getClass().getName() + "." + name);
   }
 }

@@ -7,6 +7,8 @@ import java.util.List;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
+import dev.lakehouse.reflect.Delta;
+
 import scala.Option;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
@@ -48,9 +50,7 @@ public final class StagedActions {
   public static Object make(
       Object txn, Object committer, Object stats, String appId, long version, long nowMillis)
       throws ReflectiveOperationException, java.io.IOException {
-    Class<?> actions = Class.forName(
-        "org.apache.spark.sql.delta.actions.Action$", true, txn.getClass().getClassLoader());
-    Object action = actions.getField("MODULE$").get(null);
+    Object action = Delta.object(txn, "org.apache.spark.sql.delta.actions.Action$");
     Method fromJson = action.getClass().getMethod("fromJson", String.class);
     List<Object> out = new ArrayList<>();
 
@@ -61,16 +61,16 @@ public final class StagedActions {
         .put("lastUpdated", nowMillis);
     out.add(fromJson.invoke(action, JSON.writeValueAsString(txnLine)));
 
-    Object recorded = stats == null ? null : call(stats, "recordedStats");
-    Iterator<?> added = ((scala.collection.Iterable<?>) call(committer, "addedStatuses")).iterator();
+    Object recorded = stats == null ? null : Delta.call(stats, "recordedStats");
+    Iterator<?> added = ((scala.collection.Iterable<?>) Delta.call(committer, "addedStatuses")).iterator();
     boolean any = false;
     while (added.hasNext()) {
       Object add = added.next();
       any = true;
-      ObjectNode line = (ObjectNode) JSON.readTree((String) call(add, "json"));
+      ObjectNode line = (ObjectNode) JSON.readTree((String) Delta.call(add, "json"));
       ObjectNode body = (ObjectNode) line.get("add");
       if (recorded != null) {
-        String name = (String) call(call(add, "toPath"), "getName");
+        String name = (String) Delta.call(Delta.call(add, "toPath"), "getName");
         // the tracker records every file the committer added (Delta's writer asks as strictly)
         @SuppressWarnings("unchecked")
         Option<String> found = ((scala.collection.Map<String, String>) recorded).get(name);
@@ -82,22 +82,14 @@ public final class StagedActions {
       out.add(fromJson.invoke(action, JSON.writeValueAsString(line)));
     }
     if (any) {
-      Class<?> autoCompact = Class.forName(
-          "org.apache.spark.sql.delta.hooks.AutoCompact$", true, txn.getClass().getClassLoader());
-      Object hook = autoCompact.getField("MODULE$").get(null);
-      for (Method m : txn.getClass().getMethods()) {
-        if (m.getName().equals("registerPostCommitHook") && m.getParameterCount() == 1) {
-          m.invoke(txn, hook);
-          break;
-        }
+      Object hook = Delta.object(txn, "org.apache.spark.sql.delta.hooks.AutoCompact$");
+      Method register = Delta.find(txn, "registerPostCommitHook", 1);
+      if (register != null) {
+        register.invoke(txn, hook);
       }
     }
-    Object readTxn = call(txn, "readTxn");
+    Object readTxn = Delta.call(txn, "readTxn");
     readTxn.getClass().getMethod("addOne", Object.class).invoke(readTxn, appId);
     return CollectionConverters.asScala(out).toSeq();
-  }
-
-  private static Object call(Object target, String method) throws ReflectiveOperationException {
-    return target.getClass().getMethod(method).invoke(target);
   }
 }

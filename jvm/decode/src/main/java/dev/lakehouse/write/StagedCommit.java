@@ -3,6 +3,8 @@ package dev.lakehouse.write;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 
+import dev.lakehouse.reflect.Delta;
+
 import scala.Option;
 
 /**
@@ -45,16 +47,7 @@ public final class StagedCommit {
       throws Throwable {
     Object op = withUserMetadata(operation, userMetadata);
     boolean deferred = deferCheckpoint && withoutCheckpointHook(txn);
-    Method commit = null;
-    for (Method m : txn.getClass().getMethods()) {
-      if (m.getName().equals("commitIfNeeded") && m.getParameterCount() == 3) {
-        commit = m;
-        break;
-      }
-    }
-    if (commit == null) {
-      throw new NoSuchMethodException("OptimisticTransaction.commitIfNeeded(actions, op, tags)");
-    }
+    Method commit = Delta.method(txn, "commitIfNeeded", 3);
     Option<?> committed;
     try {
       committed = (Option<?>) commit.invoke(txn, actions, op, tags);
@@ -67,15 +60,9 @@ public final class StagedCommit {
     long version = ((Number) committed.get()).longValue();
     boolean due = false;
     if (deferred && version != 0) {
-      Object log = call(txn, "deltaLog");
-      Object metadata = call(txn, "metadata");
-      Method interval = null;
-      for (Method m : log.getClass().getMethods()) {
-        if (m.getName().equals("checkpointInterval") && m.getParameterCount() == 1) {
-          interval = m;
-          break;
-        }
-      }
+      Object log = Delta.call(txn, "deltaLog");
+      Object metadata = Delta.call(txn, "metadata");
+      Method interval = Delta.find(log, "checkpointInterval", 1);
       int every = interval == null ? 0 : ((Number) interval.invoke(log, metadata)).intValue();
       due = every > 0 && version % every == 0;
     }
@@ -123,10 +110,8 @@ public final class StagedCommit {
   private static boolean withoutCheckpointHook(Object txn) {
     try {
       // Scala's protected val: public in the bytecode
-      Object hooks = call(txn, "postCommitHooks");
-      Class<?> hookClass = Class.forName(
-          "org.apache.spark.sql.delta.hooks.CheckpointHook$", true, txn.getClass().getClassLoader());
-      Object hook = hookClass.getField("MODULE$").get(null);
+      Object hooks = Delta.call(txn, "postCommitHooks");
+      Object hook = Delta.object(txn, "org.apache.spark.sql.delta.hooks.CheckpointHook$");
       int index = ((Number) hooks.getClass().getMethod("indexOf", Object.class).invoke(hooks, hook))
           .intValue();
       if (index < 0) {
@@ -137,9 +122,5 @@ public final class StagedCommit {
     } catch (ReflectiveOperationException | RuntimeException e) {
       return false;
     }
-  }
-
-  private static Object call(Object target, String method) throws ReflectiveOperationException {
-    return target.getClass().getMethod(method).invoke(target);
   }
 }
