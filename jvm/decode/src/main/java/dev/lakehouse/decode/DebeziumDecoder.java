@@ -6,7 +6,9 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -65,6 +67,41 @@ public final class DebeziumDecoder {
   /** Per output slot, how its image's values are held; null for a field of {@link #FIELDS}. */
   private final Internal[] slots;
 
+  /** How many decoders a JVM keeps ({@link #of}): a pipeline's specification changes only as
+   * its decoder learns a schema, and a JVM runs a few pipelines at most. */
+  private static final int KEPT = 8;
+
+  /** The decoders last asked for, by specification and type ({@link #of}). */
+  private static final Map<String, DebeziumDecoder> kept =
+      new LinkedHashMap<>(KEPT, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, DebeziumDecoder> eldest) {
+          return size() > KEPT;
+        }
+      };
+
+  /**
+   * The decoder of {@code spec} returning rows of {@code type} ({@code typeText}, its JSON), as
+   * {@link #DebeziumDecoder(String, DataType)} makes it, kept for the JVM's later tasks: a
+   * specification of many tables' schemas costs more to compile than a task of a few records
+   * costs to decode, and every task of every batch reads the same one until the decoder learns
+   * a schema. A decoder holds nothing between records, so tasks on several threads share it.
+   */
+  static DebeziumDecoder of(String spec, String typeText, DataType type) {
+    String key = typeText + '\n' + spec;
+    synchronized (kept) {
+      DebeziumDecoder d = kept.get(key);
+      if (d != null) {
+        return d;
+      }
+    }
+    DebeziumDecoder d = new DebeziumDecoder(spec, type);
+    synchronized (kept) {
+      kept.put(key, d);
+    }
+    return d;
+  }
+
   /** A decoder of the specification {@code spec} (JSON text) returning rows of {@code type}. */
   DebeziumDecoder(String spec, DataType type) {
     c = new Compiled(spec);
@@ -95,7 +132,7 @@ public final class DebeziumDecoder {
     return new Column(ExpressionColumnNode$.MODULE$.apply(decode));
   }
 
-  /** The compiled specification (each task compiles its own, {@link DecodeExpression}). */
+  /** The compiled specification (a JVM compiles each once, {@link #of}). */
   private static final class Compiled {
     final long maxBytes;
     final ValueSchema[] values;

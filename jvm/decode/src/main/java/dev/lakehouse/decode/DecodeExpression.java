@@ -19,7 +19,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * code calls {@link #eval} ({@link CodegenFallback}); the decode itself is Java either way.
  *
  * <p>Its product (what Catalyst copies it by) is its constructor's four arguments. The
- * specification's text travels with the plan; each task compiles it once, on first use. Plans
+ * specification's text travels with the plan; a JVM compiles it once, on its first use, and
+ * its later tasks share the decoder ({@link DebeziumDecoder#of}). Plans
  * print it as {@code lakehouse_decode(key, value)}, without the specification.
  */
 public final class DecodeExpression extends Expression
@@ -61,7 +62,7 @@ public final class DecodeExpression extends Expression
   private DebeziumDecoder decoder() {
     DebeziumDecoder d = decoder;
     if (d == null) {
-      d = decoder = new DebeziumDecoder(spec, dataType);
+      d = decoder = DebeziumDecoder.of(spec, type, dataType);
     }
     return d;
   }

@@ -29,6 +29,8 @@ import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.datasources.OutputWriter;
 import org.apache.spark.sql.execution.datasources.WriteTaskStats;
 import org.apache.spark.sql.execution.datasources.WriteTaskStatsTracker;
+import org.apache.spark.sql.internal.ReadOnlySQLConf;
+import org.apache.spark.sql.internal.SQLConf;
 
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
@@ -62,12 +64,28 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
   private final String jobTrackerId;
   /** Whether the input's column after the tables' is a {@link BatchSummary} struct. */
   private final boolean summarise;
+  /** Whether each table's rows are few: its Parquet writer's buffers start small. */
+  private final boolean few;
 
-  private MultiTableWrite(TableOutput[] tables, String jobTrackerId, boolean summarise) {
+  private MultiTableWrite(
+      TableOutput[] tables, String jobTrackerId, boolean summarise, boolean few) {
     this.tables = tables;
     this.jobTrackerId = jobTrackerId;
     this.summarise = summarise;
+    this.few = few;
   }
+
+  /** Parquet's page size setting, which also sizes a writer's compression buffer. */
+  private static final String PAGE_SIZE = "parquet.page.size";
+
+  /**
+   * The page size of a writer of few rows, where the configuration leaves it unset: Parquet
+   * allocates a compression buffer of a page's size for each file it opens (1 MiB by default),
+   * an object the JVM's G1 collector places in regions of its own (a "humongous" object: at
+   * least half a region, and regions are 1 MiB and up) and which starts its collections. A
+   * file of a few rows fills at most a few pages of either size.
+   */
+  private static final int FEW_ROWS_PAGE_SIZE = 64 * 1024;
 
   /** One table's open file in a task. */
   private static final class Open {
@@ -87,9 +105,44 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     }
   }
 
+  /**
+   * The task's rows written, under one {@code SQLConf} made from the task's properties for the
+   * whole task. Without it, every {@code SQLConf.get} in a task makes a new one, copying each of
+   * the task's properties (the session's SQL settings, which a SQL execution hands its tasks):
+   * interpreted evaluation asks for it at each field of each row it reads (Spark's {@code
+   * PhysicalDataType}), and Delta's statistics tracker at each expression it prepares. This is
+   * what Spark's own {@code SQLExecutionRDD} does for a plan executed outside a SQL execution.
+   */
   @Override
   public Iterator<TaskOutput> call(Iterator<InternalRow> rows) throws Exception {
     TaskContext task = TaskContext.get();
+    Object[] out = new Object[1];
+    SQLConf.withExistingConf(
+        new ReadOnlySQLConf(task),
+        () -> {
+          try {
+            out[0] = write(rows, task);
+          } catch (Throwable e) {
+            out[0] = e;
+          }
+          return null;
+        });
+    if (out[0] instanceof Exception) {
+      throw (Exception) out[0];
+    }
+    if (out[0] instanceof Error) {
+      throw (Error) out[0];
+    }
+    if (out[0] instanceof Throwable) {
+      throw new RuntimeException((Throwable) out[0]);
+    }
+    @SuppressWarnings("unchecked")
+    Iterator<TaskOutput> written = (Iterator<TaskOutput>) out[0];
+    return written;
+  }
+
+  private Iterator<TaskOutput> write(Iterator<InternalRow> rows, TaskContext task)
+      throws Exception {
     JobID job = new JobID(jobTrackerId, task.stageId());
     TaskAttemptID attempt =
         new TaskAttemptID(new TaskID(job, TaskType.MAP, task.partitionId()), task.attemptNumber());
@@ -159,6 +212,9 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     conf.set("mapreduce.task.attempt.id", attempt.toString());
     conf.setBoolean("mapreduce.task.ismap", true);
     conf.setInt("mapreduce.task.partition", 0);
+    if (few && conf.get(PAGE_SIZE) == null) {
+      conf.setInt(PAGE_SIZE, FEW_ROWS_PAGE_SIZE);
+    }
     TaskAttemptContext context = new TaskAttemptContextImpl(conf, attempt);
     table.committer.setupTask(context);
     String ext = "-c000" + table.factory.getFileExtension(context);
@@ -235,7 +291,9 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
    * spark.sql.codegen.factoryMode} is set for this job's tasks only, as a local property of the
    * calling thread, beside the session's SQL settings (as Spark's own SQL executions hand them
    * to their tasks); the query's plan is executed without {@code QueryExecution.toRdd}'s
-   * wrapper, which would evaluate it under the session's settings as they were, generated.
+   * wrapper, which would evaluate it under the session's settings as they were, generated. An
+   * interpreted write is one of few rows per table, whose Parquet writers also start with small
+   * buffers ({@link #FEW_ROWS_PAGE_SIZE}).
    *
    * <p>{@code summarise}: the input's column after the tables' is a {@link BatchSummary} struct,
    * and each task returns its rows' summary (see this class's comment).
@@ -250,7 +308,6 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
       boolean interpreted,
       boolean summarise) {
     String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
-    MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise);
     RDD<InternalRow> input = interpreted ? query.executedPlan().execute() : query.toRdd();
     SparkContext context = input.sparkContext();
     Map<String, String> set = new HashMap<>();
@@ -271,6 +328,7 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     }
     List<TaskOutput> results;
     try {
+      MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise, interpreted);
       results = input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
     } finally {
       for (Map.Entry<String, String> e : before.entrySet()) {

@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.mapred.JobConf;
 
 import org.apache.spark.internal.io.FileCommitProtocol;
 import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
@@ -116,9 +117,13 @@ public final class TableOutput implements Serializable {
     return true;
   }
 
-  /** A new copy of the table's configuration (a task's, to set its own keys in). */
-  Configuration configuration() {
-    Configuration conf = new Configuration(shared.value());
+  /**
+   * A new copy of the table's configuration (a task's, to set its own keys in), a {@code
+   * JobConf}: a Hadoop task context takes one as it is, and copies any other configuration
+   * (about a thousand keys) again.
+   */
+  JobConf configuration() {
+    JobConf conf = new JobConf(shared.value());
     for (Map.Entry<String, String> change : changes.entrySet()) {
       if (change.getValue() == null) {
         conf.unset(change.getKey());
