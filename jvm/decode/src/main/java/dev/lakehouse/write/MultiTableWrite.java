@@ -116,28 +116,22 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
   @Override
   public Iterator<TaskOutput> call(Iterator<InternalRow> rows) throws Exception {
     TaskContext task = TaskContext.get();
-    Object[] out = new Object[1];
-    SQLConf.withExistingConf(
-        new ReadOnlySQLConf(task),
-        () -> {
-          try {
-            out[0] = write(rows, task);
-          } catch (Throwable e) {
-            out[0] = e;
-          }
-          return null;
-        });
-    if (out[0] instanceof Exception) {
-      throw (Exception) out[0];
+    // a Scala function may not throw a checked exception: it is carried out and thrown here
+    Exception[] failed = new Exception[1];
+    Iterator<TaskOutput> written =
+        SQLConf.withExistingConf(
+            new ReadOnlySQLConf(task),
+            () -> {
+              try {
+                return write(rows, task);
+              } catch (Exception e) {
+                failed[0] = e;
+                return null;
+              }
+            });
+    if (failed[0] != null) {
+      throw failed[0];
     }
-    if (out[0] instanceof Error) {
-      throw (Error) out[0];
-    }
-    if (out[0] instanceof Throwable) {
-      throw new RuntimeException((Throwable) out[0]);
-    }
-    @SuppressWarnings("unchecked")
-    Iterator<TaskOutput> written = (Iterator<TaskOutput>) out[0];
     return written;
   }
 
@@ -308,6 +302,7 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
       boolean interpreted,
       boolean summarise) {
     String tracker = new SimpleDateFormat("yyyyMMddHHmmss", Locale.US).format(new Date());
+    MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise, interpreted);
     RDD<InternalRow> input = interpreted ? query.executedPlan().execute() : query.toRdd();
     SparkContext context = input.sparkContext();
     Map<String, String> set = new HashMap<>();
@@ -328,7 +323,6 @@ public final class MultiTableWrite implements FlatMapFunction<Iterator<InternalR
     }
     List<TaskOutput> results;
     try {
-      MultiTableWrite write = new MultiTableWrite(outputs, tracker, summarise, interpreted);
       results = input.toJavaRDD().coalesce(Math.max(tasks, 1)).mapPartitions(write).collect();
     } finally {
       for (Map.Entry<String, String> e : before.entrySet()) {
